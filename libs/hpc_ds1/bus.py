@@ -1,0 +1,284 @@
+"""A small wrapper over nats-py JetStream: the EVENTS stream, idempotent and optimistic publish,
+durable pull consumers with bounded redelivery and a dead-letter stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+
+from .events import Envelope, MalformedEvent, decode
+from .log import get_logger
+from .settings import Settings
+
+log = get_logger("bus")
+
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
+
+
+class ConcurrencyConflict(Exception):
+    """Another writer appended to the aggregate since it was read."""
+
+
+@dataclass(frozen=True)
+class RawEvent:
+    """One stored message as read back from the stream, before decoding."""
+
+    seq: int
+    subject: str
+    data: bytes
+
+
+Handler = Callable[[Envelope, int], Awaitable[None]]
+
+
+class EventBus:
+    def __init__(self, nc: Client, settings: Settings) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.settings = settings
+        self.stream = settings.stream
+        self.prefix = settings.subject_prefix
+
+    @classmethod
+    async def connect(cls, settings: Settings, url: str, name: str) -> EventBus:
+        nc = await nats.connect(
+            url, name=f"hpc-ds1-{name}", max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            drain_timeout=5,
+        )
+        bus = cls(nc, settings)
+        await bus.ensure_streams()
+        return bus
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def ensure_streams(self) -> None:
+        """Create the event stream and its dead-letter stream; keep everything, discard nothing."""
+        for name, subjects in (
+            (self.stream, [f"{self.prefix}.>"]),
+            (self.settings.dead_letter_stream, [f"{self.settings.dead_letter_prefix}.>"]),
+        ):
+            config = StreamConfig(
+                name=name,
+                subjects=subjects,
+                storage=StorageType.FILE,
+                retention=RetentionPolicy.LIMITS,
+                discard=DiscardPolicy.NEW,
+                max_msgs=-1,
+                max_bytes=-1,
+                max_age=0,
+                duplicate_window=120.0,
+            )
+            try:
+                await self.js.stream_info(name)
+            except NotFoundError:
+                await self.js.add_stream(config)
+
+    # --- writing -------------------------------------------------------------------------
+
+    def _headers(self, env: Envelope, expected_version: int | None) -> dict[str, str]:
+        headers = {"Nats-Msg-Id": env.id}
+        if expected_version is not None:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_version)
+            headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.aggregate_subjects(
+                env.aggregate, env.aggregate_id
+            )
+        return headers
+
+    async def publish(self, env: Envelope, expected_version: int | None = None) -> int:
+        """Append one event; returns its stream sequence. A retry with the same envelope id is
+        stored once. With `expected_version` (the aggregate's last sequence, 0 for a new one)
+        the append fails with ConcurrencyConflict if anyone else appended in between."""
+        try:
+            ack = await self.js.publish(
+                env.subject,
+                env.to_json(),
+                stream=self.stream,
+                headers=self._headers(env, expected_version),
+            )
+        except BadRequestError as error:
+            if error.err_code == WRONG_LAST_SEQUENCE:
+                raise ConcurrencyConflict(
+                    f"{env.aggregate} {env.aggregate_id} moved past version {expected_version}"
+                ) from None
+            raise
+        return int(ack.seq)
+
+    async def publish_many(self, envs: Iterable[Envelope], window: int = 256) -> list[int]:
+        """Pipelined appends (up to `window` in flight); returns the sequences in order."""
+        pending = list(envs)
+        sequences: list[int] = []
+        for start in range(0, len(pending), window):
+            chunk = pending[start : start + window]
+            sequences += await asyncio.gather(*(self.publish(env) for env in chunk))
+        return sequences
+
+    # --- reading -------------------------------------------------------------------------
+
+    def aggregate_subjects(self, aggregate: str, aggregate_id: str) -> str:
+        return f"{self.prefix}.{aggregate}.{aggregate_id}.*"
+
+    async def aggregate_version(self, aggregate: str, aggregate_id: str) -> int:
+        """The stream sequence of the aggregate's last event; 0 when it has none."""
+        try:
+            msg = await self.js.get_last_msg(
+                self.stream, self.aggregate_subjects(aggregate, aggregate_id)
+            )
+        except NotFoundError:
+            return 0
+        return int(msg.seq or 0)
+
+    async def last_sequence(self) -> int:
+        info = await self.js.stream_info(self.stream)
+        return int(info.state.last_seq)
+
+    async def replay(
+        self,
+        start_seq: int = 1,
+        filter_subject: str | None = None,
+        stop_at: int | None = None,
+        batch: int = 500,
+    ) -> AsyncIterator[list[RawEvent]]:
+        """Read the log in order from `start_seq` up to `stop_at` (default: the end now)."""
+        stop_at = await self.last_sequence() if stop_at is None else stop_at
+        if stop_at < start_seq:
+            return
+        sub = await self.js.pull_subscribe(
+            filter_subject or f"{self.prefix}.>",
+            durable=None,
+            stream=self.stream,
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=start_seq,
+                ack_policy=AckPolicy.NONE,
+                inactive_threshold=30.0,
+                mem_storage=True,
+            ),
+        )
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(batch, timeout=1.0)
+                except (NatsTimeout, TimeoutError):
+                    # A filtered replay may have no message left at or before stop_at.
+                    info = await sub.consumer_info()
+                    if info.num_pending == 0:
+                        return
+                    continue
+                events = [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
+                kept = [e for e in events if e.seq <= stop_at]
+                if kept:
+                    yield kept
+                if len(kept) < len(events) or events[-1].seq >= stop_at:
+                    return
+        finally:
+            await sub.unsubscribe()
+
+    async def history(self, aggregate: str, aggregate_id: str) -> list[tuple[int, Envelope]]:
+        """Every event of one aggregate, in order, with its sequence."""
+        if await self.aggregate_version(aggregate, aggregate_id) == 0:
+            return []
+        found: list[tuple[int, Envelope]] = []
+        async for chunk in self.replay(1, self.aggregate_subjects(aggregate, aggregate_id)):
+            found += [(raw.seq, decode(raw.data, raw.subject)) for raw in chunk]
+        return found
+
+    # --- consuming -----------------------------------------------------------------------
+
+    async def dead_letter(self, msg: Msg, durable: str, reason: str) -> None:
+        meta = msg.metadata
+        await self.js.publish(
+            f"{self.settings.dead_letter_prefix}.{durable}",
+            msg.data,
+            stream=self.settings.dead_letter_stream,
+            headers={
+                "Hpc-Original-Subject": msg.subject,
+                "Hpc-Original-Sequence": str(meta.sequence.stream),
+                "Hpc-Deliveries": str(meta.num_delivered),
+                "Hpc-Reason": reason[:1000],
+            },
+        )
+        log.warning(
+            "dead_letter",
+            consumer=durable,
+            subject=msg.subject,
+            seq=meta.sequence.stream,
+            reason=reason,
+        )
+
+    async def consume(
+        self,
+        durable: str,
+        handler: Handler,
+        stop: asyncio.Event,
+        filter_subject: str | None = None,
+        batch: int = 64,
+        ack_wait: float = 30.0,
+    ) -> None:
+        """Run `handler` for every event on a durable pull consumer until `stop` is set.
+        A failing handler is retried (with back-off) up to max_deliver times, then the message
+        goes to the dead-letter stream; an undecodable message goes there at once."""
+        max_deliver = self.settings.max_deliver
+        sub = await self.js.pull_subscribe(
+            filter_subject or f"{self.prefix}.>",
+            durable=durable,
+            stream=self.stream,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                max_deliver=max_deliver,
+                ack_wait=ack_wait,
+                deliver_policy=DeliverPolicy.ALL,
+            ),
+        )
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(batch, timeout=0.5)
+                except (NatsTimeout, TimeoutError):
+                    continue
+                except APIError as error:
+                    log.warning("fetch_failed", consumer=durable, error=str(error))
+                    await asyncio.sleep(0.5)
+                    continue
+                for msg in msgs:
+                    await self._handle(msg, durable, handler, max_deliver)
+        finally:
+            await sub.unsubscribe()
+
+    async def _handle(self, msg: Msg, durable: str, handler: Handler, max_deliver: int) -> None:
+        try:
+            env = decode(msg.data, msg.subject)
+        except MalformedEvent as error:
+            await self.dead_letter(msg, durable, f"malformed: {error}")
+            await msg.term()
+            return
+        try:
+            await handler(env, msg.metadata.sequence.stream)
+        except Exception as error:
+            deliveries = msg.metadata.num_delivered
+            if deliveries >= max_deliver:
+                await self.dead_letter(msg, durable, f"failed {deliveries} times: {error!r}")
+                await msg.term()
+            else:
+                log.warning("handler_failed", consumer=durable, type=env.type, error=repr(error))
+                await msg.nak(delay=min(0.1 * 2**deliveries, 5.0))
+            return
+        await msg.ack()

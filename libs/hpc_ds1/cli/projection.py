@@ -1,0 +1,43 @@
+"""`hpc-ds1 projection rebuild`: drop the read models and replay the whole log into them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from ..bus import EventBus
+from ..db import make_engine
+from ..infra.home import use_home
+from ..settings import Settings
+from .common import add_home_argument, load_settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("projection", help="the Postgres projection of the log")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    rebuild = actions.add_parser("rebuild", help="empty the read models and replay the log")
+    add_home_argument(rebuild)
+    rebuild.set_defaults(handler=handle_rebuild)
+
+
+def handle_rebuild(args: argparse.Namespace) -> int:
+    settings = load_settings(home=args.home)
+    with use_home(settings) as ends:
+        started = time.perf_counter()
+        last = asyncio.run(_rebuild(settings, ends.nats_url, ends.database_url))
+        print(f"rebuilt the projection from {last} events in {time.perf_counter() - started:.2f} s")
+    return 0
+
+
+async def _rebuild(settings: Settings, nats_url: str, database_url: str) -> int:
+    from hpc_ds1.services.projector import rebuild
+
+    bus = await EventBus.connect(settings, nats_url, "rebuild")
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        return await rebuild(engine, bus)
+    finally:
+        await bus.close()
+        engine.dispose()

@@ -1,0 +1,42 @@
+"""`hpc-ds1 service NAME`: one service alone, as each container of docker-compose.yml runs it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from ..infra.home import use_home
+from ..runtime import SERVICES, install_stop_signals, run_services
+from . import UsageError
+from .common import add_home_argument, load_settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("service", help="run one service alone")
+    parser.add_argument("name", choices=SERVICES, help="the service to run")
+    add_home_argument(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    settings = load_settings(home=args.home)
+    if not settings.nats_url or not settings.database_url:
+        # Alone, a service attaches to the home's owner or starts the embedded servers itself.
+        try:
+            with use_home(settings) as ends:
+                asyncio.run(_one(args.name, settings, ends.nats_url, ends.database_url))
+        except RuntimeError as error:
+            raise UsageError(str(error)) from None
+        return 0
+    from ..db import make_engine, upgrade
+
+    if args.name == "projector":
+        upgrade(make_engine(settings.database_url, pool_size=1))
+    asyncio.run(_one(args.name, settings, settings.nats_url, settings.database_url))
+    return 0
+
+
+async def _one(name: str, settings: object, nats_url: str, db_url: str) -> None:
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    await run_services((name,), settings, nats_url, db_url, stop)  # type: ignore[arg-type]

@@ -1,0 +1,123 @@
+"""The read models the projector folds the event log into. Change them only with a migration."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", Text, unique=True),
+    Column("type", Text, nullable=False, index=True),
+    Column("version", Integer),
+    Column("subject", Text, nullable=False, index=True),
+    Column("time", DateTime(timezone=True)),
+    Column("actor", Text),
+    Column("source", Text),
+    Column("correlation_id", Text, index=True),
+    Column("causation_id", Text),
+    Column("data", JSONB),
+    Column("valid", Boolean, nullable=False),
+    Column("error", Text),
+    Column("raw", Text, doc="The undecodable bytes of a malformed message, as text."),
+)
+
+checkpoints = Table(
+    "projection_checkpoint",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+)
+
+gaps = Table(
+    "projection_gaps",
+    metadata,
+    Column("from_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("to_seq", BigInteger, nullable=False),
+)
+
+devices = Table(
+    "devices",
+    metadata,
+    Column("device_id", Text, primary_key=True),
+    Column("hostname", Text, nullable=False),
+    Column("fingerprint", JSONB, nullable=False),
+    Column("local", Boolean, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("registered_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
+measurements = Table(
+    "measurements",
+    metadata,
+    Column("measurement_id", Text, primary_key=True),
+    Column("device_id", Text, nullable=False, index=True),
+    Column("workload", Text, nullable=False, index=True),
+    Column("size", BigInteger, nullable=False),
+    Column("config", JSONB, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("runtime_s", Float),
+    Column("throughput", Float),
+    Column("throughput_unit", Text),
+    Column("repeats", Integer, nullable=False),
+    Column("spread", Float),
+    Column("check_ok", Boolean),
+    Column("check_error", Float),
+    Column("held_out", Boolean, nullable=False),
+    Column("purpose", Text, nullable=False),
+    Column("time", DateTime(timezone=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
+models = Table(
+    "models",
+    metadata,
+    Column("model_version", Text, primary_key=True),
+    Column("device_id", Text, nullable=False, index=True),
+    Column("artifact", Text, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("metrics", JSONB, nullable=False),
+    Column("trained_on", Integer, nullable=False),
+    Column("published_at", DateTime(timezone=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
+decisions = Table(
+    "decisions",
+    metadata,
+    Column("decision_id", Text, primary_key=True),
+    Column("device_id", Text, nullable=False, index=True),
+    Column("source", Text, nullable=False),
+    Column("workload", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("config", JSONB, nullable=False),
+    Column("choice", Text, nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("mode", Text, nullable=False),
+    Column("reasons", JSONB, nullable=False),
+    Column("alternatives", JSONB, nullable=False),
+    Column("model_version", Text),
+    Column("session_id", Text, index=True),
+    Column("actor", Text, nullable=False),
+    Column("time", DateTime(timezone=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
+# Everything `projection rebuild` empties and refills from the log (order: safe to truncate).
+READ_MODELS: tuple[Table, ...] = (events, gaps, devices, measurements, models, decisions)

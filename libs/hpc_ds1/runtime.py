@@ -1,0 +1,117 @@
+"""Runs services: each an asyncio component with its own NATS connection and database engine,
+started together by `hpc-ds1 serve` or alone by `hpc-ds1 service NAME`."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy import Engine
+
+from .bus import EventBus
+from .db import make_engine
+from .log import get_logger
+from .settings import Settings
+
+SERVICES: tuple[str, ...] = (
+    "projector",
+    "coordinator",
+    "placement",
+    "decision",
+    "trainer",
+    "agent",
+    "gateway",
+)
+
+
+@dataclass
+class ServiceContext:
+    """What a service gets: its settings, its own bus connection and engine, and a stop signal."""
+
+    name: str
+    settings: Settings
+    nats_url: str
+    database_url: str
+    bus: EventBus
+    engine: Engine
+    stop: asyncio.Event
+    started: float = field(default_factory=time.time)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+class ServiceEntry(Protocol):
+    def __call__(self, ctx: ServiceContext) -> Awaitable[None]: ...
+
+
+def entry_point(name: str) -> ServiceEntry:
+    if name not in SERVICES:
+        raise ValueError(f"unknown service {name!r}; the services are: {', '.join(SERVICES)}")
+    module = importlib.import_module(f"hpc_ds1.services.{name}")
+    run: ServiceEntry = module.run
+    return run
+
+
+def status_subject(settings: Settings, name: str) -> str:
+    return f"{settings.subject_prefix}-svc.{name}.status"
+
+
+async def _answer_status(ctx: ServiceContext) -> Callable[[], Awaitable[None]]:
+    """Every service answers a status request, so readiness can see it is alive."""
+
+    async def reply(msg: Any) -> None:
+        facts = {k: (v() if callable(v) else v) for k, v in ctx.facts.items()}
+        body = {"service": ctx.name, "uptime_s": round(time.time() - ctx.started, 3), **facts}
+        await msg.respond(json.dumps(body).encode())
+
+    sub = await ctx.bus.nc.subscribe(status_subject(ctx.settings, ctx.name), cb=reply)
+    return sub.unsubscribe
+
+
+async def run_service(
+    name: str, settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event
+) -> None:
+    log = get_logger(name)
+    run = entry_point(name)
+    bus = await EventBus.connect(settings, nats_url, name)
+    engine = make_engine(database_url, pool_size=3)
+    ctx = ServiceContext(name, settings, nats_url, database_url, bus, engine, stop)
+    unsubscribe = await _answer_status(ctx)
+    log.info("service_started")
+    try:
+        await run(ctx)
+    finally:
+        await unsubscribe()
+        await bus.close()
+        engine.dispose()
+        log.info("service_stopped")
+
+
+async def run_services(
+    names: tuple[str, ...], settings: Settings, nats_url: str, database_url: str,
+    stop: asyncio.Event,
+) -> None:
+    """Run the services until `stop`; if one fails, stop the others and re-raise."""
+    tasks = {
+        asyncio.create_task(run_service(n, settings, nats_url, database_url, stop), name=n)
+        for n in names
+    }
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait(tasks | {stopper}, return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    failed = [t for t in done if t is not stopper and t.exception() is not None]
+    await asyncio.gather(*tasks, return_exceptions=True)
+    stopper.cancel()
+    if failed:
+        raise failed[0].exception()  # type: ignore[misc]
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)

@@ -1,0 +1,62 @@
+"""One settings class for every service and command, read from HPC_DS1_* environment variables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class Settings(BaseSettings):
+    """Validated at start; an invalid value stops the process with a message naming the variable."""
+
+    model_config = SettingsConfigDict(env_prefix="HPC_DS1_", extra="ignore", frozen=True)
+
+    home: Path = Field(default=Path("~/.hpc_ds1"), description="Measurements, models, audit file.")
+    nats_url: str | None = Field(default=None, description="External NATS; unset: embedded.")
+    database_url: str | None = Field(default=None, description="External Postgres; unset: embedded.")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    nats_sync: Literal["always", "default"] = Field(
+        default="always",
+        description="Embedded NATS fsync policy: 'always' puts an acknowledged event on disk.",
+    )
+    stream: str = Field(default="EVENTS", description="JetStream stream holding the event log.")
+    subject_prefix: str = Field(default="hpcds1", description="First token of every subject.")
+    max_deliver: int = Field(default=5, ge=1, description="Deliveries before a dead letter.")
+    projector_batch: int = Field(default=500, ge=1, le=10_000)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
+
+    @field_validator("home")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @field_validator("stream", "subject_prefix")
+    @classmethod
+    def _simple_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"{value!r}: use letters, digits, '_' or '-' only")
+        return value
+
+    @property
+    def dead_letter_stream(self) -> str:
+        return f"{self.stream}_DLQ"
+
+    @property
+    def dead_letter_prefix(self) -> str:
+        return f"{self.subject_prefix}-dlq"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.home / "audit.jsonl"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"

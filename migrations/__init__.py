@@ -1,0 +1,1 @@
+"""Alembic migrations of the projection database; run with `hpc-ds1 db upgrade`."""

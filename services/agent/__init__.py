@@ -1,0 +1,25 @@
+"""The agent: one per device; registers the device with its hardware fingerprint and runs its work."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from hpc_ds1.events import DeviceRegistered, envelope
+from hpc_ds1.runtime import ServiceContext
+
+
+async def run(ctx: ServiceContext) -> None:
+    from hpc_ds1.hardware import fingerprint
+
+    hardware = await asyncio.to_thread(fingerprint)
+    event = DeviceRegistered(
+        device_id=hardware.device_id,
+        hostname=socket.gethostname(),
+        fingerprint=hardware.model_dump(mode="json"),
+        local=True,
+    )
+    await ctx.bus.publish(envelope(event, actor="agent", source="agent",
+                                   prefix=ctx.settings.subject_prefix))
+    ctx.facts["device_id"] = hardware.device_id
+    await ctx.stop.wait()

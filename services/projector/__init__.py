@@ -1,0 +1,18 @@
+"""The projector: folds the event log into Postgres read models and the audit file."""
+
+from __future__ import annotations
+
+from hpc_ds1.audit import AuditFile
+from hpc_ds1.runtime import ServiceContext
+
+from .projector import Projector, project, rebuild
+
+__all__ = ["Projector", "project", "rebuild", "run"]
+
+
+async def run(ctx: ServiceContext) -> None:
+    projector = Projector(
+        ctx.engine, ctx.bus, AuditFile(ctx.settings.audit_path), ctx.settings.projector_batch
+    )
+    ctx.facts["applied"] = lambda: projector.applied
+    await projector.run(ctx.stop)

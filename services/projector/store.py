@@ -1,0 +1,104 @@
+"""Applies folded events to Postgres: raw rows, typed writes and the checkpoint in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import groupby
+
+from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy.dialects.postgresql import insert
+
+from hpc_ds1.db import tables
+
+from .domain import Folded, Write
+
+PROJECTION = "main"
+
+
+def read_checkpoint(conn: Connection, lock: bool = False) -> int:
+    """The last applied sequence; with `lock`, held until the transaction ends."""
+    conn.execute(
+        insert(tables.checkpoints)
+        .values(name=PROJECTION, last_seq=0)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    query = select(tables.checkpoints.c.last_seq).where(tables.checkpoints.c.name == PROJECTION)
+    if lock:
+        query = query.with_for_update()
+    return int(conn.execute(query).scalar_one())
+
+
+def write_checkpoint(conn: Connection, seq: int) -> None:
+    conn.execute(
+        update(tables.checkpoints).where(tables.checkpoints.c.name == PROJECTION).values(last_seq=seq)
+    )
+
+
+def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
+    # Consecutive writes of one kind to one table go in one executemany; order is kept.
+    for (table, kind), group in groupby(writes, key=lambda w: (w.table, w.kind)):
+        batch = list(group)
+        rows = [w.row for w in batch]
+        key = [c.name for c in table.primary_key.columns]
+        if kind == "insert":
+            conn.execute(insert(table).on_conflict_do_nothing(index_elements=key), rows)
+        elif kind == "upsert":
+            for write in batch:
+                stmt = insert(table).values(write.row)
+                changed = {
+                    c: stmt.excluded[c]
+                    for c in write.row
+                    if c not in key and c not in write.keep_on_update
+                }
+                conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=changed))
+        else:
+            columns = [c for c in rows[0] if c not in key]
+            stmt = (
+                update(table)
+                .where(*[table.c[k] == bindparam(f"k_{k}") for k in key])
+                .values({c: bindparam(f"v_{c}") for c in columns})
+            )
+            params = [
+                {**{f"k_{k}": r[k] for k in key}, **{f"v_{c}": r[c] for c in columns}} for r in rows
+            ]
+            conn.execute(stmt, params)
+
+
+def apply_batch(
+    conn: Connection, folded: Sequence[Folded], checkpoint: int
+) -> tuple[list[Folded], int]:
+    """Apply what lies beyond `checkpoint`; returns (applied, new checkpoint). The caller
+    holds the checkpoint lock and commits."""
+    fresh = [f for f in folded if f.seq > checkpoint]
+    if not fresh:
+        return [], checkpoint
+    conn.execute(
+        insert(tables.events).on_conflict_do_nothing(index_elements=["seq"]),
+        [_complete_raw(f.raw_row) for f in fresh],
+    )
+    _run_writes(conn, [w for f in fresh for w in f.writes])
+    last = max(f.seq for f in fresh)
+    write_checkpoint(conn, last)
+    return fresh, last
+
+
+_RAW_COLUMNS = [c.name for c in tables.events.columns]
+
+
+def _complete_raw(row: dict[str, object]) -> dict[str, object]:
+    # executemany needs the same keys in every row.
+    return {name: row.get(name) for name in _RAW_COLUMNS}
+
+
+def record_gaps(conn: Connection, missing: Sequence[tuple[int, int]]) -> None:
+    if missing:
+        conn.execute(
+            insert(tables.gaps).on_conflict_do_nothing(index_elements=["from_seq"]),
+            [{"from_seq": a, "to_seq": b} for a, b in missing],
+        )
+
+
+def truncate_read_models(conn: Connection) -> None:
+    names = ", ".join(t.name for t in tables.READ_MODELS)
+    conn.exec_driver_sql(f"TRUNCATE {names}")
+    write_checkpoint(conn, 0)

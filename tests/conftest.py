@@ -1,0 +1,98 @@
+"""Session fixtures: one NATS (JetStream) and one Postgres for the whole run, started from the
+pip packages on free loopback ports (or the servers named by HPC_DS1_NATS_URL /
+HPC_DS1_DATABASE_URL). Each test gets its own stream, subject prefix, database and home."""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.db import make_engine, normalize_url, upgrade
+from hpc_ds1.infra.nats_server import EmbeddedNats
+from hpc_ds1.infra.postgres import EmbeddedPostgres
+from hpc_ds1.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("HPC_DS1_NATS_URL")
+    if external:
+        yield external
+        return
+    server = EmbeddedNats(tmp_path_factory.mktemp("nats"), sync="default")
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("HPC_DS1_DATABASE_URL")
+    if external:
+        yield normalize_url(external)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", durable=False)
+        url = server.start()
+    yield url
+    server.stop()
+
+
+def _libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def database_url(postgres_url: str) -> Iterator[str]:
+    """A fresh database per test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def settings(tmp_path: Path, nats_url: str, database_url: str) -> Settings:
+    tag = uuid.uuid4().hex[:10]
+    return Settings(
+        home=tmp_path / "home",
+        nats_url=nats_url,
+        database_url=database_url,
+        stream=f"EV_{tag}",
+        subject_prefix=f"t{tag}",
+        port=0,
+        max_deliver=3,
+        log_json=True,
+    )
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    assert settings.database_url
+    eng = make_engine(settings.database_url, pool_size=2)
+    upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+async def bus(settings: Settings, nats_url: str) -> AsyncIterator[EventBus]:
+    connected = await EventBus.connect(settings, nats_url, "test")
+    yield connected
+    for stream in (settings.stream, settings.dead_letter_stream):
+        try:
+            await connected.js.delete_stream(stream)
+        except Exception:
+            pass
+    await connected.close()

@@ -1,0 +1,183 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from hpc_ds1.audit import AuditFile, verify
+from hpc_ds1.bus import EventBus
+from hpc_ds1.db import tables
+from hpc_ds1.events import (
+    DecisionMade,
+    DeviceLeft,
+    DeviceRegistered,
+    Envelope,
+    MeasurementRecorded,
+    envelope,
+)
+from hpc_ds1.services.projector import Projector, project, rebuild
+from hpc_ds1.settings import Settings
+
+
+def wrap(bus: EventBus, event: Any, actor: str = "test") -> Envelope:
+    return envelope(event, actor=actor, source="test", prefix=bus.prefix)
+
+
+def measurement(bus: EventBus, i: int) -> Envelope:
+    return wrap(bus, MeasurementRecorded(
+        measurement_id=f"m{i}", device_id="dev-1", workload="gemm", size=256 + i,
+        config={"ranks": 1, "threads": 2, "tile": 64}, status="ok", runtime_s=0.01 * (i + 1),
+        throughput=10.0, throughput_unit="GFLOP/s",
+    ))
+
+
+def checkpoint(engine: Engine) -> int:
+    with engine.connect() as conn:
+        value = conn.execute(select(tables.checkpoints.c.last_seq)).scalar()
+    return int(value or 0)
+
+
+def count(engine: Engine, table: Any) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+
+def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    result = {}
+    with engine.connect() as conn:
+        for table in (*tables.READ_MODELS, tables.checkpoints):
+            key = list(table.primary_key.columns)
+            result[table.name] = [tuple(r) for r in conn.execute(select(table).order_by(*key))]
+    return result
+
+
+async def run_until(projector: Projector, engine: Engine, seq: int, timeout: float = 20.0) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    try:
+        for _ in range(int(timeout / 0.05)):
+            if await asyncio.to_thread(checkpoint, engine) >= seq:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"projection did not reach {seq}: at {checkpoint(engine)}")
+    finally:
+        stop.set()
+        await task
+
+
+def projector_for(settings: Settings, engine: Engine, bus: EventBus, batch: int = 500) -> Projector:
+    return Projector(engine, bus, AuditFile(settings.audit_path), batch)
+
+
+async def test_a_published_event_becomes_a_row_and_an_audit_line(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    device = wrap(bus, DeviceRegistered(device_id="dev-1", hostname="node1", fingerprint={"c": 2}))
+    await bus.publish(device)
+    last = await bus.publish(measurement(bus, 0))
+    await run_until(projector_for(settings, engine, bus), engine, last)
+    with engine.connect() as conn:
+        row = conn.execute(select(tables.devices)).mappings().one()
+        m = conn.execute(select(tables.measurements)).mappings().one()
+        raw = conn.execute(select(tables.events).order_by(tables.events.c.seq)).mappings().all()
+    assert (row["hostname"], row["status"], row["fingerprint"]) == ("node1", "online", {"c": 2})
+    assert (m["workload"], m["size"], m["config"]["threads"]) == ("gemm", 256, 2)
+    assert [r["event_id"] for r in raw] == [device.id, raw[1]["event_id"]]
+    lines = settings.audit_path.read_text().splitlines()
+    assert [json.loads(x)["seq"] for x in lines] == [1, 2]
+    assert json.loads(lines[0])["id"] == device.id
+    assert verify(settings.audit_path).intact
+
+
+async def test_a_redelivered_batch_changes_nothing(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    await bus.publish_many([measurement(bus, i) for i in range(20)])
+    events = [e async for chunk in bus.replay() for e in chunk]
+    audit = AuditFile(settings.audit_path)
+    assert project(engine, events, audit) == 20
+    before = snapshot(engine)
+    assert project(engine, events, audit) == 0
+    assert project(engine, events[5:9], AuditFile(settings.audit_path)) == 0
+    assert snapshot(engine) == before
+    assert len(settings.audit_path.read_text().splitlines()) == 20
+
+
+async def test_restart_mid_stream_loses_and_duplicates_nothing(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    total = 600
+    await bus.publish_many([measurement(bus, i) for i in range(total)])
+    await run_until(projector_for(settings, engine, bus, batch=50), engine, 100)
+    stopped_at = checkpoint(engine)
+    assert 100 <= stopped_at < total
+    # A crash after the audit write but before the commit: the file is ahead of Postgres.
+    ahead = [e async for chunk in bus.replay(stopped_at + 1, stop_at=stopped_at + 30) for e in chunk]
+    AuditFile(settings.audit_path).append(
+        {"seq": e.seq, **json.loads(e.data)} for e in ahead
+    )
+    await run_until(projector_for(settings, engine, bus, batch=50), engine, total)
+    assert count(engine, tables.measurements) == total
+    assert count(engine, tables.events) == total
+    seqs = [json.loads(x)["seq"] for x in settings.audit_path.read_text().splitlines()]
+    assert seqs == list(range(1, total + 1))
+    assert verify(settings.audit_path).intact
+
+
+async def test_malformed_and_unknown_events_are_kept_and_skipped(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    await bus.publish(measurement(bus, 0))
+    await bus.js.publish(f"{bus.prefix}.device.x.registered", b"{broken", stream=bus.stream)
+    unknown = wrap(bus, DeviceRegistered(device_id="dev-9", hostname="h"))
+    unknown = unknown.model_copy(update={"type": "device.teleported"})
+    await bus.publish(unknown)
+    bad = measurement(bus, 1)
+    await bus.publish(bad.model_copy(update={"data": {**bad.data, "status": "exploded"}}))
+    last = await bus.publish(measurement(bus, 2))
+    await run_until(projector_for(settings, engine, bus), engine, last)
+    with engine.connect() as conn:
+        raw = conn.execute(select(tables.events).order_by(tables.events.c.seq)).mappings().all()
+    assert [r["valid"] for r in raw] == [True, False, True, False, True]
+    assert "not an event envelope" in raw[1]["error"] and raw[1]["raw"] == "{broken"
+    assert "unknown event type" in raw[2]["error"]
+    assert "status" in raw[3]["error"]
+    assert count(engine, tables.measurements) == 2
+    assert count(engine, tables.devices) == 0
+    assert len(settings.audit_path.read_text().splitlines()) == 5
+
+
+async def test_a_gap_in_the_sequence_is_recorded(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    await bus.publish_many([measurement(bus, i) for i in range(5)])
+    await bus.js.delete_msg(bus.stream, 2)
+    await bus.js.delete_msg(bus.stream, 3)
+    await run_until(projector_for(settings, engine, bus), engine, 5)
+    with engine.connect() as conn:
+        gaps = conn.execute(select(tables.gaps)).all()
+    assert [tuple(g) for g in gaps] == [(2, 3)]
+    assert count(engine, tables.measurements) == 3
+
+
+async def test_rebuild_equals_the_live_projection(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    await bus.publish(wrap(bus, DeviceRegistered(device_id="dev-1", hostname="a")))
+    await bus.publish_many([measurement(bus, i) for i in range(50)])
+    await bus.publish(wrap(bus, DeviceRegistered(device_id="dev-1", hostname="b")))
+    await bus.js.publish(f"{bus.prefix}.device.y.left", b"[]", stream=bus.stream)
+    await bus.publish(wrap(bus, DecisionMade(
+        decision_id="d1", device_id="dev-1", source="api", workload="gemm", size=2048,
+        config={"ranks": 2}, choice="THREADS_UP", confidence=0.9, mode="auto",
+    ), actor="alice"))
+    await bus.publish(wrap(bus, DeviceLeft(device_id="dev-1", reason="bye")))
+    last = await bus.last_sequence()
+    await run_until(projector_for(settings, engine, bus, batch=7), engine, last)
+    live = snapshot(engine)
+    assert live["devices"][0][1:5] == ("b", {}, False, "left")
+    assert await rebuild(engine, bus) == last
+    assert snapshot(engine) == live
+    assert len(settings.audit_path.read_text().splitlines()) == last

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hpc_ds1.bus import ConcurrencyConflict, EventBus
+from hpc_ds1.events import DeviceLeft, DeviceRegistered, Envelope, envelope
+
+
+def registered(bus: EventBus, device: str = "dev-1") -> Envelope:
+    return envelope(
+        DeviceRegistered(device_id=device, hostname="h"),
+        actor="test",
+        source="test",
+        prefix=bus.prefix,
+    )
+
+
+async def test_a_retried_publish_is_stored_once(bus: EventBus) -> None:
+    env = registered(bus)
+    first = await bus.publish(env)
+    again = await bus.publish(env)
+    assert first == again
+    assert await bus.last_sequence() == 1
+
+
+async def test_concurrent_writers_on_one_aggregate_exactly_one_wins(bus: EventBus) -> None:
+    await bus.publish(registered(bus))
+    version = await bus.aggregate_version("device", "dev-1")
+    assert version == 1
+    writers = [
+        bus.publish(
+            envelope(DeviceLeft(device_id="dev-1", reason=f"writer {i}"), actor="t", source="t",
+                     prefix=bus.prefix),
+            expected_version=version,
+        )
+        for i in range(5)
+    ]
+    results = await asyncio.gather(*writers, return_exceptions=True)
+    winners = [r for r in results if isinstance(r, int)]
+    losers = [r for r in results if isinstance(r, ConcurrencyConflict)]
+    assert len(winners) == 1 and len(losers) == 4
+    history = await bus.history("device", "dev-1")
+    assert [env.type for _, env in history] == ["device.registered", "device.left"]
+    # Another aggregate is not affected by this one's version.
+    assert await bus.publish(registered(bus, "dev-2"), expected_version=0) > 0
+
+
+async def test_a_new_aggregate_expects_version_zero(bus: EventBus) -> None:
+    await bus.publish(registered(bus), expected_version=0)
+    with pytest.raises(ConcurrencyConflict):
+        await bus.publish(registered(bus), expected_version=0)
+
+
+async def test_consumer_acks_handled_and_dead_letters_the_rest(bus: EventBus) -> None:
+    good = registered(bus, "ok-1")
+    poison = registered(bus, "poison")
+    await bus.publish(good)
+    await bus.publish(poison)
+    await bus.nc.publish(f"{bus.prefix}.device.junk.registered", b"\x00 not json")
+    await bus.nc.flush()
+    handled: list[str] = []
+    attempts: dict[str, int] = {}
+    stop = asyncio.Event()
+
+    async def handler(env: Envelope, seq: int) -> None:
+        attempts[env.id] = attempts.get(env.id, 0) + 1
+        if env.id == poison.id:
+            raise RuntimeError("cannot handle this one")
+        handled.append(env.id)
+
+    task = asyncio.create_task(bus.consume("tester", handler, stop, ack_wait=2.0))
+    dlq = await bus.js.pull_subscribe(f"{bus.settings.dead_letter_prefix}.>",
+                                      stream=bus.settings.dead_letter_stream)
+    dead = []
+    for _ in range(40):
+        try:
+            dead += await dlq.fetch(2, timeout=0.5)
+        except TimeoutError:
+            pass
+        if len(dead) >= 2:
+            break
+    stop.set()
+    await task
+    await dlq.unsubscribe()
+    assert handled == [good.id]
+    assert attempts[poison.id] == bus.settings.max_deliver
+    reasons = sorted(m.headers["Hpc-Reason"] for m in dead)
+    assert reasons[0].startswith("failed 3 times")
+    assert reasons[1].startswith("malformed")
+    info = await bus.js.consumer_info(bus.stream, "tester")
+    assert info.num_ack_pending == 0 and info.num_pending == 0
