@@ -31,8 +31,12 @@ async def test_concurrent_writers_on_one_aggregate_exactly_one_wins(bus: EventBu
     assert version == 1
     writers = [
         bus.publish(
-            envelope(DeviceLeft(device_id="dev-1", reason=f"writer {i}"), actor="t", source="t",
-                     prefix=bus.prefix),
+            envelope(
+                DeviceLeft(device_id="dev-1", reason=f"writer {i}"),
+                actor="t",
+                source="t",
+                prefix=bus.prefix,
+            ),
             expected_version=version,
         )
         for i in range(5)
@@ -71,8 +75,9 @@ async def test_consumer_acks_handled_and_dead_letters_the_rest(bus: EventBus) ->
         handled.append(env.id)
 
     task = asyncio.create_task(bus.consume("tester", handler, stop, ack_wait=2.0))
-    dlq = await bus.js.pull_subscribe(f"{bus.settings.dead_letter_prefix}.>",
-                                      stream=bus.settings.dead_letter_stream)
+    dlq = await bus.js.pull_subscribe(
+        f"{bus.settings.dead_letter_prefix}.>", stream=bus.settings.dead_letter_stream
+    )
     dead = []
     for _ in range(40):
         try:

@@ -11,12 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 GENESIS = "0" * 64
 
 
+def canonical(record: dict[str, Any]) -> str:
+    """Sorted keys, no spaces: the exact text that is hashed."""
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
 def line_hash(prev: str, record: dict[str, Any]) -> str:
-    body = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256((prev + body).encode()).hexdigest()
+    return hashlib.sha256((prev + canonical(record)).encode()).hexdigest()
 
 
 def _last_line(path: Path) -> bytes | None:
@@ -59,9 +65,10 @@ class AuditFile:
                 continue
             body = {k: v for k, v in record.items() if k not in ("prev", "hash")}
             body["prev"] = self.last_hash
-            digest = line_hash(self.last_hash, body)
-            body["hash"] = digest
-            lines.append(json.dumps(body, separators=(",", ":"), default=str))
+            text = canonical(body)
+            digest = hashlib.sha256((self.last_hash + text).encode()).hexdigest()
+            # The line is the hashed text with the hash appended as its last member.
+            lines.append(f'{text[:-1]},"hash":"{digest}"}}')
             self.last_hash, self.last_seq = digest, int(record["seq"])
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)

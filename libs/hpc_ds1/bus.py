@@ -59,7 +59,10 @@ class EventBus:
     @classmethod
     async def connect(cls, settings: Settings, url: str, name: str) -> EventBus:
         nc = await nats.connect(
-            url, name=f"hpc-ds1-{name}", max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            url,
+            name=f"hpc-ds1-{name}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
             drain_timeout=5,
         )
         bus = cls(nc, settings)

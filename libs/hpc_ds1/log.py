@@ -31,4 +31,4 @@ def configure(level: str = "info", json: bool | None = None) -> None:
 
 
 def get_logger(name: str) -> Any:
-    return structlog.get_logger().bind(component=name)
+    return structlog.get_logger(component=name)

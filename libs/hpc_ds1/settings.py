@@ -19,7 +19,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(default=Path("~/.hpc_ds1"), description="Measurements, models, audit file.")
     nats_url: str | None = Field(default=None, description="External NATS; unset: embedded.")
-    database_url: str | None = Field(default=None, description="External Postgres; unset: embedded.")
+    database_url: str | None = Field(
+        default=None, description="External Postgres; unset: embedded."
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     nats_sync: Literal["always", "default"] = Field(
@@ -29,7 +31,7 @@ class Settings(BaseSettings):
     stream: str = Field(default="EVENTS", description="JetStream stream holding the event log.")
     subject_prefix: str = Field(default="hpcds1", description="First token of every subject.")
     max_deliver: int = Field(default=5, ge=1, description="Deliveries before a dead letter.")
-    projector_batch: int = Field(default=500, ge=1, le=10_000)
+    projector_batch: int = Field(default=2000, ge=1, le=10_000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
 

@@ -1,4 +1,4 @@
-"""The agent: one per device; registers the device with its hardware fingerprint and runs its work."""
+"""The agent: one per device; registers it with its hardware fingerprint and runs its work."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ async def run(ctx: ServiceContext) -> None:
         fingerprint=hardware.model_dump(mode="json"),
         local=True,
     )
-    await ctx.bus.publish(envelope(event, actor="agent", source="agent",
-                                   prefix=ctx.settings.subject_prefix))
+    await ctx.bus.publish(
+        envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
+    )
     ctx.facts["device_id"] = hardware.device_id
     await ctx.stop.wait()

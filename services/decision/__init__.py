@@ -1,4 +1,4 @@
-"""The decision service: one ONNX forward pass per decision, thresholds and the familiarity guard."""
+"""The decision service: one ONNX forward pass per decision, thresholds, familiarity guard."""
 
 from __future__ import annotations
 

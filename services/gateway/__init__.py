@@ -35,8 +35,8 @@ async def run(ctx: ServiceContext) -> None:
         listener = socket.create_server((ctx.settings.host, ctx.settings.port), reuse_port=False)
     except OSError as error:
         raise RuntimeError(
-            f"the gateway cannot listen on {ctx.settings.host}:{ctx.settings.port}: {error.strerror}"
-            " (set --port or HPC_DS1_PORT)"
+            f"the gateway cannot listen on {ctx.settings.host}:{ctx.settings.port}: "
+            f"{error.strerror} (set --port or HPC_DS1_PORT)"
         ) from None
     serving = asyncio.create_task(server.serve(sockets=[listener]))
     stopping = asyncio.create_task(ctx.stop.wait())

@@ -68,7 +68,9 @@ def _measurement(seq: int, env: Envelope, e: MeasurementRecorded) -> list[Write]
 
 
 def _model(seq: int, env: Envelope, e: ModelPublished) -> list[Write]:
-    return [Write(tables.models, "insert", {**e.model_dump(), "published_at": env.time, "seq": seq})]
+    return [
+        Write(tables.models, "insert", {**e.model_dump(), "published_at": env.time, "seq": seq})
+    ]
 
 
 def _decision(seq: int, env: Envelope, e: DecisionMade) -> list[Write]:
@@ -91,8 +93,14 @@ def fold(seq: int, subject: str, data: bytes) -> Folded:
         env = decode(data, subject)
     except MalformedEvent as error:
         text = data.decode("utf-8", errors="replace")
-        raw = {"seq": seq, "type": "malformed", "subject": subject, "valid": False,
-               "error": str(error), "raw": text}
+        raw = {
+            "seq": seq,
+            "type": "malformed",
+            "subject": subject,
+            "valid": False,
+            "error": str(error),
+            "raw": text,
+        }
         audit = {"seq": seq, "subject": subject, "malformed": str(error), "raw": text}
         return Folded(seq, raw, [], audit, problem=str(error))
     raw = {

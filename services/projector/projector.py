@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import Engine
 
@@ -76,20 +77,34 @@ class Projector:
                 mem_storage=True,
             ),
         )
+        # The next fetch runs while this batch is written, so NATS and Postgres overlap.
+        fetching = asyncio.create_task(self._fetch(sub))
         try:
             while not stop.is_set():
-                try:
-                    msgs = await sub.fetch(self.batch, timeout=0.25)
-                except (NatsTimeout, TimeoutError):
+                events = await fetching
+                fetching = asyncio.create_task(self._fetch(sub))
+                if not events:
                     continue
-                events = [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
                 started = time.perf_counter()
                 fresh = await asyncio.to_thread(project, self.engine, events, self.audit)
                 self.applied += fresh
-                log.debug("batch", events=len(events), applied=fresh,
-                          ms=round((time.perf_counter() - started) * 1000, 2))
+                log.debug(
+                    "batch",
+                    events=len(events),
+                    applied=fresh,
+                    ms=round((time.perf_counter() - started) * 1000, 2),
+                )
         finally:
+            fetching.cancel()
+            await asyncio.gather(fetching, return_exceptions=True)
             await sub.unsubscribe()
+
+    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[RawEvent]:
+        try:
+            msgs = await sub.fetch(self.batch, timeout=0.25)
+        except (NatsTimeout, TimeoutError):
+            return []
+        return [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
 
     def _checkpoint(self) -> int:
         with self.engine.begin() as conn:

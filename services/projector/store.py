@@ -1,12 +1,15 @@
-"""Applies folded events to Postgres: raw rows, typed writes and the checkpoint in one transaction."""
+"""Applies folded events to Postgres: raw rows, typed writes, checkpoint, in one transaction."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
-from sqlalchemy.dialects.postgresql import insert
+import orjson
+from psycopg.types.json import Jsonb
+from sqlalchemy import Connection, Table, bindparam, select, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from hpc_ds1.db import tables
 
@@ -30,8 +33,45 @@ def read_checkpoint(conn: Connection, lock: bool = False) -> int:
 
 def write_checkpoint(conn: Connection, seq: int) -> None:
     conn.execute(
-        update(tables.checkpoints).where(tables.checkpoints.c.name == PROJECTION).values(last_seq=seq)
+        update(tables.checkpoints)
+        .where(tables.checkpoints.c.name == PROJECTION)
+        .values(last_seq=seq)
     )
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING for many rows: COPY into a staging table, then one
+    INSERT ... SELECT (an executemany is a round trip per row, about 2,000 rows/s here)."""
+    if not rows:
+        return
+    columns = [c.name for c in table.columns]
+    json_columns = {c.name for c in table.columns if isinstance(c.type, JSONB)}
+    key = ", ".join(c.name for c in table.primary_key.columns)
+    stage = f"stage_{table.name}"
+    cursor = conn.connection.cursor()
+    cursor.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name}) ON COMMIT DELETE ROWS"
+    )
+    names = ", ".join(columns)
+    with cursor.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+        for row in rows:
+            copy.write_row(
+                [
+                    Jsonb(row.get(c), dumps=_dumps)
+                    if c in json_columns and row.get(c) is not None
+                    else row.get(c)
+                    for c in columns
+                ]
+            )
+    cursor.execute(
+        f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {stage} "
+        f"ON CONFLICT ({key}) DO NOTHING"
+    )
+    cursor.execute(f"DELETE FROM {stage}")
 
 
 def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
@@ -41,7 +81,7 @@ def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
         rows = [w.row for w in batch]
         key = [c.name for c in table.primary_key.columns]
         if kind == "insert":
-            conn.execute(insert(table).on_conflict_do_nothing(index_elements=key), rows)
+            insert_rows(conn, table, rows)
         elif kind == "upsert":
             for write in batch:
                 stmt = insert(table).values(write.row)
@@ -53,7 +93,7 @@ def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
                 conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=changed))
         else:
             columns = [c for c in rows[0] if c not in key]
-            stmt = (
+            by_key = (
                 update(table)
                 .where(*[table.c[k] == bindparam(f"k_{k}") for k in key])
                 .values({c: bindparam(f"v_{c}") for c in columns})
@@ -61,7 +101,7 @@ def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
             params = [
                 {**{f"k_{k}": r[k] for k in key}, **{f"v_{c}": r[c] for c in columns}} for r in rows
             ]
-            conn.execute(stmt, params)
+            conn.execute(by_key, params)
 
 
 def apply_batch(
@@ -72,10 +112,7 @@ def apply_batch(
     fresh = [f for f in folded if f.seq > checkpoint]
     if not fresh:
         return [], checkpoint
-    conn.execute(
-        insert(tables.events).on_conflict_do_nothing(index_elements=["seq"]),
-        [_complete_raw(f.raw_row) for f in fresh],
-    )
+    insert_rows(conn, tables.events, [_complete_raw(f.raw_row) for f in fresh])
     _run_writes(conn, [w for f in fresh for w in f.writes])
     last = max(f.seq for f in fresh)
     write_checkpoint(conn, last)
@@ -92,10 +129,7 @@ def _complete_raw(row: dict[str, object]) -> dict[str, object]:
 
 def record_gaps(conn: Connection, missing: Sequence[tuple[int, int]]) -> None:
     if missing:
-        conn.execute(
-            insert(tables.gaps).on_conflict_do_nothing(index_elements=["from_seq"]),
-            [{"from_seq": a, "to_seq": b} for a, b in missing],
-        )
+        insert_rows(conn, tables.gaps, [{"from_seq": a, "to_seq": b} for a, b in missing])
 
 
 def truncate_read_models(conn: Connection) -> None:

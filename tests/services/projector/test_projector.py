@@ -26,11 +26,20 @@ def wrap(bus: EventBus, event: Any, actor: str = "test") -> Envelope:
 
 
 def measurement(bus: EventBus, i: int) -> Envelope:
-    return wrap(bus, MeasurementRecorded(
-        measurement_id=f"m{i}", device_id="dev-1", workload="gemm", size=256 + i,
-        config={"ranks": 1, "threads": 2, "tile": 64}, status="ok", runtime_s=0.01 * (i + 1),
-        throughput=10.0, throughput_unit="GFLOP/s",
-    ))
+    return wrap(
+        bus,
+        MeasurementRecorded(
+            measurement_id=f"m{i}",
+            device_id="dev-1",
+            workload="gemm",
+            size=256 + i,
+            config={"ranks": 1, "threads": 2, "tile": 64},
+            status="ok",
+            runtime_s=0.01 * (i + 1),
+            throughput=10.0,
+            throughput_unit="GFLOP/s",
+        ),
+    )
 
 
 def checkpoint(engine: Engine) -> int:
@@ -114,10 +123,10 @@ async def test_restart_mid_stream_loses_and_duplicates_nothing(
     stopped_at = checkpoint(engine)
     assert 100 <= stopped_at < total
     # A crash after the audit write but before the commit: the file is ahead of Postgres.
-    ahead = [e async for chunk in bus.replay(stopped_at + 1, stop_at=stopped_at + 30) for e in chunk]
-    AuditFile(settings.audit_path).append(
-        {"seq": e.seq, **json.loads(e.data)} for e in ahead
-    )
+    ahead = [
+        e async for chunk in bus.replay(stopped_at + 1, stop_at=stopped_at + 30) for e in chunk
+    ]
+    AuditFile(settings.audit_path).append({"seq": e.seq, **json.loads(e.data)} for e in ahead)
     await run_until(projector_for(settings, engine, bus, batch=50), engine, total)
     assert count(engine, tables.measurements) == total
     assert count(engine, tables.events) == total
@@ -169,10 +178,23 @@ async def test_rebuild_equals_the_live_projection(
     await bus.publish_many([measurement(bus, i) for i in range(50)])
     await bus.publish(wrap(bus, DeviceRegistered(device_id="dev-1", hostname="b")))
     await bus.js.publish(f"{bus.prefix}.device.y.left", b"[]", stream=bus.stream)
-    await bus.publish(wrap(bus, DecisionMade(
-        decision_id="d1", device_id="dev-1", source="api", workload="gemm", size=2048,
-        config={"ranks": 2}, choice="THREADS_UP", confidence=0.9, mode="auto",
-    ), actor="alice"))
+    await bus.publish(
+        wrap(
+            bus,
+            DecisionMade(
+                decision_id="d1",
+                device_id="dev-1",
+                source="api",
+                workload="gemm",
+                size=2048,
+                config={"ranks": 2},
+                choice="THREADS_UP",
+                confidence=0.9,
+                mode="auto",
+            ),
+            actor="alice",
+        )
+    )
     await bus.publish(wrap(bus, DeviceLeft(device_id="dev-1", reason="bye")))
     last = await bus.last_sequence()
     await run_until(projector_for(settings, engine, bus, batch=7), engine, last)

@@ -1,0 +1,53 @@
+# HPC-DS1 — `make run` serves the product on its embedded default; `make test` runs every check.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install the project with its dev tools
+
+run: $(STAMP) ## serve the product (embedded NATS + Postgres under $$HPC_DS1_HOME)
+	$(BIN)/hpc-ds1 serve
+
+test: $(STAMP) lint typecheck pytest ## everything CI runs: lint, types, the test suite
+
+lint: $(STAMP) ## ruff lint and format check, schemas in sync
+	$(BIN)/ruff check libs services migrations tests benchmarks
+	$(BIN)/ruff format --check libs services migrations tests benchmarks
+	$(BIN)/python -m hpc_ds1.events.schemas --check schemas
+
+typecheck: $(STAMP) ## mypy over libs and services
+	$(BIN)/mypy
+
+pytest: $(STAMP) ## the test suite alone
+	$(BIN)/pytest -q
+
+format: $(STAMP) ## apply ruff's formatting and fixes
+	$(BIN)/ruff format libs services migrations tests benchmarks
+	$(BIN)/ruff check --fix libs services migrations tests benchmarks
+
+schemas: $(STAMP) ## regenerate schemas/ from the event models
+	$(BIN)/python -m hpc_ds1.events.schemas schemas
+
+bench: bench-eventlog bench-kernels ## every benchmark
+
+bench-eventlog: $(STAMP) ## events/s publish→row and projection lag, both sync settings
+	$(BIN)/python benchmarks/bench_eventlog.py
+
+bench-kernels: $(STAMP) ## the numba kernels against library baselines
+	$(BIN)/python benchmarks/bench_kernels.py
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

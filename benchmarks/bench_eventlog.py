@@ -1,0 +1,201 @@
+"""Event log benchmark: publish → projected row, against the raw nats-py ceiling, in both NATS
+sync settings. Run: `make bench-eventlog` (or `python benchmarks/bench_eventlog.py [N]`).
+
+For each setting it starts an embedded nats-server and measures, in one run:
+  raw ceiling   pipelined JetStream publishes/s, then pull fetch(500)+ack/s (no Postgres);
+  end to end    events/s from the first publish until the projector's checkpoint, committed in
+                Postgres, covers the last event; the projector runs as its own process
+                (`hpc-ds1 service projector`), as in docker-compose;
+  lag           per event: the first poll (every 5 ms) that sees its sequence committed, minus
+                the moment its publish was sent; p50/p99 over all events.
+Postgres is the embedded one (pgserver), durable settings (fsync on)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from sqlalchemy import Engine, select
+from sqlalchemy.engine import make_url
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.db import make_engine, tables, upgrade
+from hpc_ds1.events import Envelope, MeasurementRecorded, envelope
+from hpc_ds1.infra.nats_server import EmbeddedNats
+from hpc_ds1.infra.postgres import EmbeddedPostgres
+from hpc_ds1.settings import Settings
+
+
+def fresh_database(server_url: str, name: str) -> str:
+    """Each measurement projects into its own database, so no checkpoint carries over."""
+    engine = make_engine(server_url).execution_options(isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    engine.dispose()
+    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def make_events(prefix: str, n: int) -> list[Envelope]:
+    return [
+        envelope(
+            MeasurementRecorded(
+                measurement_id=f"m{i}",
+                device_id="bench",
+                workload="gemm",
+                size=1024,
+                config={"ranks": 1, "threads": 2, "tile": 64},
+                status="ok",
+                runtime_s=0.1,
+                throughput=20.0,
+                throughput_unit="GFLOP/s",
+            ),
+            actor="bench",
+            source="bench",
+            prefix=prefix,
+        )
+        for i in range(n)
+    ]
+
+
+async def raw_ceiling(url: str, n: int) -> tuple[float, float]:
+    settings = Settings(stream="RAW", subject_prefix="raw", nats_url=url, database_url="x")
+    bus = await EventBus.connect(settings, url, "bench-raw")
+    events = make_events("raw", n)
+    started = time.perf_counter()
+    await bus.publish_many(events)
+    publish_rate = n / (time.perf_counter() - started)
+    sub = await bus.js.pull_subscribe("raw.>", durable="ceiling", stream="RAW")
+    got = 0
+    started = time.perf_counter()
+    while got < n:
+        msgs = await sub.fetch(500, timeout=5)
+        for msg in msgs:
+            await msg.ack()
+        got += len(msgs)
+    fetch_rate = n / (time.perf_counter() - started)
+    await sub.unsubscribe()
+    await bus.js.delete_stream("RAW")
+    await bus.js.delete_stream(settings.dead_letter_stream)
+    await bus.close()
+    return publish_rate, fetch_rate
+
+
+async def end_to_end(url: str, server_url: str, n: int, home: Path) -> dict[str, float]:
+    db_url = fresh_database(server_url, home.name.replace("-", "_"))
+    settings = Settings(
+        stream="E2E", subject_prefix="e2e", nats_url=url, database_url=db_url, home=home
+    )
+    engine = make_engine(db_url)
+    upgrade(engine)
+    bus = await EventBus.connect(settings, url, "bench-e2e")
+    env = {
+        **os.environ,
+        "HPC_DS1_NATS_URL": url,
+        "HPC_DS1_DATABASE_URL": db_url,
+        "HPC_DS1_STREAM": "E2E",
+        "HPC_DS1_SUBJECT_PREFIX": "e2e",
+        "HPC_DS1_HOME": str(home),
+        "HPC_DS1_LOG_LEVEL": "warning",
+    }
+    projector = subprocess.Popen(
+        [str(Path(sys.executable).parent / "hpc-ds1"), "service", "projector"], env=env
+    )
+    try:
+        await asyncio.sleep(2.0)  # let it connect and subscribe before the clock starts
+        return await _publish_and_watch(bus, engine, projector, make_events("e2e", n))
+    finally:
+        projector.terminate()
+        projector.wait(30)
+        await bus.js.delete_stream("E2E")
+        await bus.js.delete_stream(settings.dead_letter_stream)
+        await bus.close()
+        engine.dispose()
+
+
+async def _publish_and_watch(
+    bus: EventBus, engine: Engine, projector: subprocess.Popen[bytes], events: list[Envelope]
+) -> dict[str, float]:
+    n = len(events)
+    sent_at = [0.0] * (n + 1)
+    seen_at = [0.0] * (n + 1)
+
+    def checkpoint() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(select(tables.checkpoints.c.last_seq)).scalar() or 0)
+
+    async def poll() -> None:
+        last = 0
+        while last < n:
+            if projector.poll() is not None:
+                raise RuntimeError(f"the projector exited with status {projector.returncode}")
+            current = await asyncio.to_thread(checkpoint)
+            now = time.perf_counter()
+            for seq in range(last + 1, current + 1):
+                seen_at[seq] = now
+            last = max(last, current)
+            await asyncio.sleep(0.005)
+
+    poller = asyncio.create_task(poll())
+    started = time.perf_counter()
+    window = 256
+    for start in range(0, n, window):
+        chunk = events[start : start + window]
+        now = time.perf_counter()
+        for i in range(len(chunk)):
+            sent_at[start + i + 1] = now
+        await asyncio.gather(*(bus.publish(e) for e in chunk))
+    published = time.perf_counter()
+    await poller
+    finished = time.perf_counter()
+    lags = sorted(seen_at[s] - sent_at[s] for s in range(1, n + 1))
+    return {
+        "publish_per_s": n / (published - started),
+        "e2e_per_s": n / (finished - started),
+        "lag_p50_ms": 1000 * statistics.median(lags),
+        "lag_p99_ms": 1000 * lags[int(0.99 * (n - 1))],
+    }
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+    root = Path(tempfile.mkdtemp(prefix="hpcds1-bench-"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pg = EmbeddedPostgres(root / "pg")
+        db_url = pg.start()
+    print(f"event log benchmark: {n} events per measurement, {os.cpu_count()} CPUs")
+    print(
+        f"{'setting':<18}{'raw pub/s':>11}{'raw fetch+ack/s':>17}{'e2e events/s':>14}"
+        f"{'of ceiling':>12}{'lag p50':>10}{'lag p99':>10}"
+    )
+    try:
+        for sync in ("always", "default"):
+            nats = EmbeddedNats(root / f"nats-{sync}", sync=sync)
+            url = nats.start()
+            try:
+                pub, fetch = asyncio.run(raw_ceiling(url, n))
+                e2e = asyncio.run(end_to_end(url, db_url, n, root / f"home-{sync}"))
+            finally:
+                nats.stop()
+            ceiling = min(pub, fetch)
+            label = "sync_interval=always" if sync == "always" else "default sync"
+            print(
+                f"{label:<18}{pub:>11,.0f}{fetch:>17,.0f}{e2e['e2e_per_s']:>14,.0f}"
+                f"{e2e['e2e_per_s'] / ceiling:>11.0%} {e2e['lag_p50_ms']:>7.0f} ms"
+                f"{e2e['lag_p99_ms']:>7.0f} ms"
+            )
+    finally:
+        pg.stop()
+    print("ceiling = min(raw publish, raw fetch+ack); lag = commit seen - publish sent")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The product end to end: `hpc-ds1 serve` as a user runs it, on embedded NATS and Postgres."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hpc_ds1.infra.ports import free_port
+
+HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
+
+
+def start_serve(home: Path, port: int, **extra: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+    env.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(port), HPC_DS1_LOG_JSON="true", **extra)
+    return subprocess.Popen(
+        [HPC_DS1, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def wait_ready(url: str, process: subprocess.Popen[str], timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"serve exited early:\n{process.stdout.read()}")  # type: ignore[union-attr]
+        try:
+            reply = httpx.get(f"{url}/readyz", timeout=2.0)
+            if reply.status_code == 200:
+                return reply.json()
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("serve did not become ready")
+
+
+def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
+    process.send_signal(sig)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    return output
+
+
+def devices_registered(url: str) -> list[dict]:
+    for _ in range(100):
+        events = httpx.get(f"{url}/v1/events", params={"type": "device.registered"}).json()
+        if events["events"]:
+            return events["events"]
+        time.sleep(0.1)
+    return []
+
+
+def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    first = start_serve(home, port)
+    try:
+        ready = wait_ready(url, first)
+        assert ready["checks"]["services"]["missing"] == []
+        registered = devices_registered(url)
+        assert registered and registered[0]["data"]["local"] is True
+        owner = json.loads((home / "owner.json").read_text())
+        assert not owner["nats_url"].endswith(":4222")
+    finally:
+        output = stop(first, signal.SIGINT)
+    assert f"Console   {url}/" in output
+    assert (home / "nats" / "jetstream").is_dir() and (home / "postgres" / "PG_VERSION").exists()
+    assert not (home / "owner.json").exists()
+    audit_lines = (home / "audit.jsonl").read_text().splitlines()
+    assert len(audit_lines) >= 1
+
+    second = start_serve(home, port)
+    try:
+        wait_ready(url, second)
+        events = httpx.get(f"{url}/v1/events", params={"type": "device.registered"}).json()
+        # The first run's registration is still there, and the second run adds its own.
+        assert events["events"][0]["event_id"] == registered[0]["event_id"]
+    finally:
+        stop(second)
+    lines = (home / "audit.jsonl").read_text().splitlines()
+    assert lines[: len(audit_lines)] == audit_lines
+    verdict = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from hpc_ds1.audit import verify; from pathlib import Path; "
+            f"print(verify(Path({str(home / 'audit.jsonl')!r})).intact)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert verdict.stdout.strip() == "True"
+
+
+def test_serve_uses_external_servers_when_configured(
+    tmp_path: Path, nats_url: str, database_url: str
+) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    tag = os.urandom(4).hex()
+    process = start_serve(
+        home,
+        port,
+        HPC_DS1_NATS_URL=nats_url,
+        HPC_DS1_DATABASE_URL=database_url,
+        HPC_DS1_STREAM=f"EXT_{tag}",
+        HPC_DS1_SUBJECT_PREFIX=f"ext{tag}",
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", process)
+        owner = json.loads((home / "owner.json").read_text())
+        assert owner["nats_url"] == nats_url and owner["embedded"] is False
+    finally:
+        stop(process)
+    assert not (home / "nats").exists() and not (home / "postgres").exists()
+
+
+def test_a_second_serve_on_the_same_home_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    first = start_serve(home, port)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", first)
+        second = start_serve(home, free_port())
+        output, _ = second.communicate(timeout=60)
+        assert second.returncode == 2
+        assert "is already served by process" in output
+    finally:
+        stop(first)
