@@ -1,4 +1,4 @@
-"""Alembic environment: the engine comes from hpc_ds1 (config.attributes) or HPC_DS1_DATABASE_URL."""
+"""Alembic environment: the engine from hpc_ds1 (config.attributes) or HPC_DS1_DATABASE_URL."""
 
 from __future__ import annotations
 

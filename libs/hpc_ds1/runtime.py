@@ -93,7 +93,10 @@ async def run_service(
 
 
 async def run_services(
-    names: tuple[str, ...], settings: Settings, nats_url: str, database_url: str,
+    names: tuple[str, ...],
+    settings: Settings,
+    nats_url: str,
+    database_url: str,
     stop: asyncio.Event,
 ) -> None:
     """Run the services until `stop`; if one fails, stop the others and re-raise."""

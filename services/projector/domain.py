@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 from sqlalchemy import Table
 
 from hpc_ds1.db import tables
@@ -64,17 +65,15 @@ def _device_left(seq: int, env: Envelope, e: DeviceLeft) -> list[Write]:
 
 
 def _measurement(seq: int, env: Envelope, e: MeasurementRecorded) -> list[Write]:
-    return [Write(tables.measurements, "insert", {**e.model_dump(), "time": env.time, "seq": seq})]
+    return [Write(tables.measurements, "insert", {**dict(e), "time": env.time, "seq": seq})]
 
 
 def _model(seq: int, env: Envelope, e: ModelPublished) -> list[Write]:
-    return [
-        Write(tables.models, "insert", {**e.model_dump(), "published_at": env.time, "seq": seq})
-    ]
+    return [Write(tables.models, "insert", {**dict(e), "published_at": env.time, "seq": seq})]
 
 
 def _decision(seq: int, env: Envelope, e: DecisionMade) -> list[Write]:
-    row = {**e.model_dump(), "actor": env.actor, "time": env.time, "seq": seq}
+    row = {**dict(e), "actor": env.actor, "time": env.time, "seq": seq}
     return [Write(tables.decisions, "insert", row)]
 
 
@@ -117,7 +116,8 @@ def fold(seq: int, subject: str, data: bytes) -> Folded:
         "data": env.data,
         "valid": True,
     }
-    audit = {"seq": seq, **env.model_dump(mode="json")}
+    # The stored JSON is already the envelope's canonical form; no need to re-serialize it.
+    audit = {"seq": seq, **orjson.loads(data)}
     try:
         event = typed(env)
     except MalformedEvent as error:

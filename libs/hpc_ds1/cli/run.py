@@ -1,0 +1,102 @@
+"""`hpc-ds1 run`: run one job for real on this machine and print its result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from hpc_ds1.cli import UsageError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run one job for real (MPI ranks x numba threads) and print its result",
+        description="Run a workload at one size and configuration on this machine.",
+    )
+    parser.add_argument("--workload", required=True, help="gemm, stencil, nbody, montecarlo, ...")
+    parser.add_argument("--size", required=True, help="problem size (a positive integer)")
+    parser.add_argument("--ranks", type=int, default=1, help="MPI ranks (default 1)")
+    parser.add_argument("--threads", type=int, default=None, help="numba threads per rank")
+    parser.add_argument("--tile", type=int, default=None, help="tile (default: the workload's)")
+    parser.add_argument("--gpu", action="store_true", help="use the CUDA kernels")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
+    parser.add_argument(
+        "--command",
+        default=None,
+        help="run an external command template instead ({ranks} {threads} {tile} {size}); it "
+        "must print a line 'runtime_s=<seconds>'",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=handle)
+
+
+def _result(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from hpc_ds1.runner import InvalidJob, run
+    from hpc_ds1.space import Config, ConfigSpace
+    from hpc_ds1.workloads import command_workload, get_workload
+
+    try:
+        if args.command is not None:
+            workload: Any = command_workload(args.workload, args.command)
+        else:
+            workload = get_workload(args.workload)
+    except (KeyError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    space = ConfigSpace.for_device(workload=workload)
+    threads = args.threads if args.threads is not None else max(space.threads)
+    tile = args.tile if args.tile is not None else workload.default_tile
+    try:
+        config = Config(ranks=args.ranks, threads=threads, tile=tile, gpu=args.gpu)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise UsageError(f"{first['loc'][0]}: {first['msg']}") from None
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be >= 1, not {args.repeats}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, not {args.timeout}")
+    try:
+        return run(
+            workload, args.size, config, repeats=args.repeats, timeout_s=args.timeout, space=space
+        )
+    except InvalidJob as error:
+        raise UsageError(str(error)) from None
+
+
+def _text(r: Any) -> str:
+    lines = [f"{r.workload} size={r.size} {r.config.label()}: {r.status.value}"]
+    if r.runtime_s is not None:
+        tp = f"{r.throughput:.2f} {r.throughput_unit}" if r.throughput is not None else "n/a"
+        lines.append(
+            f"  runtime {r.runtime_s:.6f} s (median of {r.repeats}, min {r.min_runtime_s:.6f} s, "
+            f"spread {100 * (r.spread or 0):.1f}%)  throughput {tp}"
+        )
+    if r.check_ok is not None:
+        verdict = "passed" if r.check_ok else "FAILED"
+        lines.append(f"  check {verdict}: error {r.check_error:.3e} ({r.check_detail})")
+    if r.peak_memory_bytes:
+        lines.append(f"  memory {r.peak_memory_bytes / 2**20:.0f} MiB resident (all ranks)")
+    timing = []
+    if r.startup_s is not None:
+        timing.append(f"startup {r.startup_s:.3f} s")
+    if r.jit_s is not None:
+        timing.append(f"jit {r.jit_s:.3f} s")
+    if timing:
+        lines.append("  " + ", ".join(timing))
+    if r.error:
+        lines.append(f"  error: {r.error}")
+    lines.append(f"  command: {r.command}")
+    return "\n".join(lines)
+
+
+def handle(args: argparse.Namespace) -> int:
+    result = _result(args)
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2))
+    else:
+        print(_text(result))
+    return 0 if result.ok else 1

@@ -1,0 +1,276 @@
+"""run() and run_many(): jobs for real under `mpiexec`, one launch per ranks value, with
+timeouts that kill the whole process group. Command-template workloads run their own command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_ds1.runner.jobspec import JobSpec
+from hpc_ds1.runner.noise import coefficient_of_variation, relative_spread
+from hpc_ds1.runner.procs import Process
+from hpc_ds1.runner.rank import PREFIX
+from hpc_ds1.runner.result import Job, RunResult, Status
+from hpc_ds1.runner.validate import InvalidJob, check_size, validate
+from hpc_ds1.space import Config, ConfigSpace
+from hpc_ds1.workloads import CommandWorkload, Workload
+from hpc_ds1.workloads.command import CommandOutputError, parse_output
+
+DEFAULT_TIMEOUT_S = 300.0
+LAUNCH_TIMEOUT_S = 120.0
+BUILTIN_PREFIX = "hpc_ds1.workloads."
+
+
+def mpiexec_path() -> str:
+    local = Path(sys.executable).with_name("mpiexec")
+    return str(local) if local.exists() else "mpiexec"
+
+
+def _env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["NUMBA_NUM_THREADS"] = str(max(threads, 1))
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        env[var] = "1"
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def _spec(job: Job, wl: Workload) -> JobSpec:
+    module = "" if wl.module.startswith(BUILTIN_PREFIX) else wl.module
+    c = job.config
+    return JobSpec(wl.name, job.size, c.threads, c.tile, job.repeats, c.gpu, module)
+
+
+def _result(job: Job, wl: Workload, status: Status, command: str, **fields: Any) -> RunResult:
+    work = wl.work(job.size)
+    times: list[float] = list(fields.pop("times", []) or [])
+    stats: dict[str, Any] = {}
+    if times:
+        median = statistics.median(times)
+        warm = fields.get("warmup_s")
+        stats = {
+            "runtime_s": median,
+            "runtimes_s": tuple(times),
+            "min_runtime_s": min(times),
+            "spread": relative_spread(times),
+            "cv": coefficient_of_variation(times),
+            "repeats": len(times),
+            "throughput": wl.throughput(job.size, median)
+            if work.flops or work.bytes_moved
+            else None,
+            "items_per_s": work.items / median if median > 0 else None,
+            "jit_s": max(warm - median, 0.0) if warm is not None else None,
+        }
+    return RunResult(
+        workload=wl.name,
+        size=job.size,
+        config=job.config,
+        status=status,
+        throughput_unit=wl.throughput_unit,
+        item_name=wl.item_name,
+        flops=work.flops,
+        bytes_moved=work.bytes_moved,
+        memory_bytes=work.memory_bytes,
+        command=command,
+        **stats,
+        **fields,
+    )
+
+
+def _launch_argv(ranks: int, specs: Sequence[JobSpec]) -> list[str]:
+    argv = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "hpc_ds1.runner.rank"]
+    for spec in specs:
+        argv += ["--job", spec.encode()]
+    return argv
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    if not line.startswith(PREFIX):
+        return None
+    try:
+        value = json.loads(line[len(PREFIX) :])
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _run_batch(
+    ranks: int, batch: list[tuple[Job, Workload]], timeout_s: float, launch_timeout_s: float
+) -> list[RunResult]:
+    """Run jobs in one launch; after a timeout or a crash, relaunch for the jobs left."""
+    results: list[RunResult] = []
+    pending = list(batch)
+    while pending:
+        specs = [_spec(job, wl) for job, wl in pending]
+        argv = [*_launch_argv(ranks, specs), "--launched-at", repr(time.time())]
+        env = _env(max(job.config.threads for job, _ in pending))
+        command = shlex.join(argv[:-2])
+        launched = time.monotonic()
+        done = 0
+        with Process(argv, env) as proc:
+            startup: float | None = None
+            failure: tuple[Status, str] | None = None
+            deadline = launched + launch_timeout_s
+            while done < len(pending):
+                kind, line = proc.next_line(deadline)
+                if kind == "timeout":
+                    what = "start" if startup is None else f"finish within {timeout_s:g} s"
+                    failure = (Status.TIMED_OUT, f"did not {what}; process group killed")
+                    break
+                if kind == "eof":
+                    failure = (Status.FAILED, proc.stderr_text() or "rank program exited early")
+                    break
+                event = _parse(line or "")
+                if event is None:
+                    continue
+                name = event.get("event")
+                if name == "ready":
+                    startup = time.monotonic() - launched
+                elif name == "start":
+                    deadline = time.monotonic() + timeout_s
+                elif name == "error":
+                    proc.wait(5)
+                    failure = (Status.FAILED, f"rank {event.get('rank')}: {event.get('error')}")
+                    break
+                elif name == "result":
+                    job, wl = pending[done]
+                    ok = bool(event["check_ok"])
+                    results.append(
+                        _result(
+                            job,
+                            wl,
+                            Status.OK if ok else Status.WRONG_ANSWER,
+                            command,
+                            times=event["times"],
+                            warmup_s=event["warmup_s"],
+                            check_ok=ok,
+                            check_error=event["check_error"],
+                            check_detail=event["check_detail"],
+                            peak_memory_bytes=event["peak_memory_bytes"],
+                            startup_s=startup,
+                        )
+                    )
+                    done += 1
+            if failure is None:
+                proc.wait(30)
+        if failure is not None:
+            job, wl = pending[done]
+            status, message = failure
+            results.append(_result(job, wl, status, command, error=message, startup_s=startup))
+            done += 1
+        pending = pending[done:]
+    return results
+
+
+def _run_command(job: Job, wl: CommandWorkload, timeout_s: float) -> RunResult:
+    c = job.config
+    values = {
+        "ranks": c.ranks,
+        "threads": c.threads,
+        "tile": c.tile,
+        "size": job.size,
+        "python": sys.executable,
+        "mpiexec": mpiexec_path(),
+    }
+    argv = wl.argv(values)
+    command = shlex.join(argv)
+    times: list[float] = []
+    check = None
+    warmup = 0.0
+    for attempt in range(job.repeats + 1):  # the first run is the warm-up
+        started = time.monotonic()
+        try:
+            proc = Process(argv, _env(c.threads))
+        except OSError as error:
+            return _result(job, wl, Status.FAILED, command, error=f"cannot start: {error}")
+        with proc:
+            code = proc.wait(timeout_s)
+            if code is None:
+                return _result(
+                    job,
+                    wl,
+                    Status.TIMED_OUT,
+                    command,
+                    times=times,
+                    error=f"did not finish within {timeout_s:g} s; process group killed",
+                )
+        wall = time.monotonic() - started
+        if code != 0:
+            tail = proc.stderr_text() or proc.output_text()
+            return _result(job, wl, Status.FAILED, command, error=f"exit status {code}: {tail}")
+        try:
+            runtime, check = parse_output(proc.output_text())
+        except CommandOutputError as error:
+            return _result(job, wl, Status.FAILED, command, error=str(error))
+        if attempt == 0:
+            warmup = wall
+        else:
+            times.append(runtime)
+    status = Status.OK if check is None or check.ok else Status.WRONG_ANSWER
+    extra: dict[str, Any] = {"warmup_s": warmup}
+    if check is not None:
+        extra.update(check_ok=check.ok, check_error=check.error, check_detail=check.detail)
+    return _result(job, wl, status, command, times=times, **extra)
+
+
+def run_many(
+    jobs: Sequence[Job],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    launch_timeout_s: float = LAUNCH_TIMEOUT_S,
+    space: ConfigSpace | None = None,
+) -> list[RunResult]:
+    """Run jobs, one `mpiexec` launch per ranks value; results in the order of `jobs`.
+
+    Every job is validated first (InvalidJob before anything starts). `timeout_s` bounds each
+    job (from its start inside the launch, warm-up and JIT included)."""
+    checked = []
+    for job in jobs:
+        wl, _ = validate(job.workload, job.size, job.config, space)
+        if job.repeats < 1:
+            raise InvalidJob(f"repeats must be >= 1, not {job.repeats}")
+        checked.append((job, wl))
+    out: dict[int, RunResult] = {}
+    groups: dict[int, list[int]] = {}
+    for i, (job, wl) in enumerate(checked):
+        if isinstance(wl, CommandWorkload):
+            out[i] = _run_command(job, wl, timeout_s)
+        else:
+            groups.setdefault(job.config.ranks, []).append(i)
+    for ranks, indices in sorted(groups.items()):
+        batch = [checked[i] for i in indices]
+        for i, result in zip(
+            indices, _run_batch(ranks, batch, timeout_s, launch_timeout_s), strict=True
+        ):
+            out[i] = result
+    return [out[i] for i in range(len(checked))]
+
+
+def run(
+    workload: str | Workload,
+    size: int | str,
+    config: Config,
+    *,
+    repeats: int = 3,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    space: ConfigSpace | None = None,
+) -> RunResult:
+    """Run one job for real and return its result (InvalidJob if it cannot be launched)."""
+    name = workload.name if isinstance(workload, Workload) else workload
+    job = Job(workload=name, size=check_size(size), config=config, repeats=repeats)
+    if isinstance(workload, Workload):
+        from hpc_ds1.workloads import get_workload, list_workloads, register
+
+        if isinstance(workload, CommandWorkload) or name not in list_workloads():
+            register(workload, replace=True)
+        elif get_workload(name) is not workload:
+            raise InvalidJob(f"another workload named {name!r} is already registered")
+    return run_many([job], timeout_s=timeout_s, space=space)[0]

@@ -1,0 +1,115 @@
+"""The rank program: `mpiexec -n R python -m hpc_ds1.runner.rank --job ... [--job ...]`.
+
+Every rank runs the jobs in turn. Per job: prepare (collective), one untimed warm-up (JIT and
+thread-pool start), `repeats` timed runs between barriers (a run's time is the slowest rank's),
+the check, then resident memory. Rank 0 reports one `@@HPCDS1 {json}` line per event on stdout.
+A job that raises aborts the whole MPI job (the launcher relaunches for the jobs after it)."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+PREFIX = "@@HPCDS1 "
+
+
+def emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(PREFIX + json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _select_gpu(rank: int) -> None:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return
+    from numba import cuda
+
+    cuda.select_device(rank % len(cuda.list_devices()))
+
+
+def run_job(comm: Any, spec: Any) -> dict[str, Any]:
+    import numba
+    import psutil
+    from mpi4py import MPI
+
+    from hpc_ds1.workloads import RankContext, resolve
+
+    workload = resolve(spec.workload, spec.module)
+    numba.set_num_threads(spec.threads)
+    if spec.gpu:
+        _select_gpu(comm.Get_rank())
+    prepared = workload.prepare(RankContext(comm, spec.threads, spec.gpu), spec.size, spec.tile)
+    comm.Barrier()
+    start = time.perf_counter()
+    prepared.run()
+    warmup = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+    times = []
+    for _ in range(spec.repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        prepared.run()
+        times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+    check = prepared.check()
+    rss = comm.allreduce(psutil.Process().memory_info().rss, op=MPI.SUM)
+    del prepared
+    gc.collect()
+    return {
+        "warmup_s": warmup,
+        "times": times,
+        "check_ok": bool(check.ok),
+        "check_error": float(check.error),
+        "check_detail": check.detail,
+        "peak_memory_bytes": int(rss),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from hpc_ds1.runner.jobspec import JobSpec
+
+    parser = argparse.ArgumentParser(prog="python -m hpc_ds1.runner.rank")
+    parser.add_argument("--job", action="append", default=[], type=JobSpec.decode)
+    parser.add_argument("--launched-at", type=float, default=None)
+    args = parser.parse_args(argv)
+
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    import hpc_ds1.workloads  # noqa: F401  (imports numba and the built-ins before timing)
+
+    launched = args.launched_at if args.launched_at is not None else time.time()
+    startup = comm.allreduce(time.time() - launched, op=MPI.MAX)
+    if rank == 0:
+        emit({"event": "ready", "startup_s": startup, "ranks": comm.Get_size()})
+    for index, spec in enumerate(args.job):
+        if rank == 0:
+            emit({"event": "start", "index": index})
+        try:
+            outcome = run_job(comm, spec)
+        except Exception as error:
+            traceback.print_exc()
+            sys.stderr.flush()
+            emit(
+                {
+                    "event": "error",
+                    "index": index,
+                    "rank": rank,
+                    "error": f"{type(error).__name__}: {error}",
+                }
+            )
+            comm.Abort(3)
+            return 3
+        if rank == 0:
+            emit({"event": "result", "index": index, **outcome})
+    comm.Barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The configuration space of a device for a workload, its moves and neighbours (pure logic)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from hpc_ds1.hardware import Fingerprint
+
+RANKS_UP = "RANKS_UP"
+RANKS_DOWN = "RANKS_DOWN"
+THREADS_UP = "THREADS_UP"
+THREADS_DOWN = "THREADS_DOWN"
+TILE_UP = "TILE_UP"
+TILE_DOWN = "TILE_DOWN"
+USE_GPU = "USE_GPU"
+USE_CPU = "USE_CPU"
+STOP = "STOP"
+MOVES: tuple[str, ...] = (
+    RANKS_UP, RANKS_DOWN, THREADS_UP, THREADS_DOWN, TILE_UP, TILE_DOWN, USE_GPU, USE_CPU,
+)  # fmt: skip
+ALL_ACTIONS: tuple[str, ...] = (*MOVES, STOP)
+OVERSUBSCRIPTION = 2  # ranks x threads may reach this many times the logical CPUs
+
+
+class Config(BaseModel):
+    """One configuration of a job: MPI ranks, numba threads per rank, kernel tile, GPU or not."""
+
+    model_config = ConfigDict(frozen=True)
+    ranks: int = Field(ge=1)
+    threads: int = Field(ge=1)
+    tile: int = Field(ge=1)
+    gpu: bool = False
+
+    def label(self) -> str:
+        return f"ranks={self.ranks} threads={self.threads} tile={self.tile} gpu={self.gpu}"
+
+
+class InfeasibleConfig(ValueError):
+    """A configuration outside the space; the message says what is wrong and what is accepted."""
+
+
+def _powers_of_two(limit: int) -> tuple[int, ...]:
+    out, value = [], 1
+    while value <= max(limit, 1):
+        out.append(value)
+        value *= 2
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ConfigSpace:
+    """ranks, threads: powers of two; ranks x threads <= max_workers; tiles per workload; gpu
+    only when the device has one (one rank per GPU)."""
+
+    ranks: tuple[int, ...]
+    threads: tuple[int, ...]
+    tiles: tuple[int, ...]
+    gpus: int = 0
+    max_workers: int = 0
+    default_tile: int | None = None
+
+    @classmethod
+    def for_device(cls, fp: Fingerprint | None = None, workload: object = None) -> ConfigSpace:
+        """The space of device `fp` (this one by default) for `workload` (a name or Workload)."""
+        if fp is None:
+            from hpc_ds1.hardware import fingerprint
+
+            fp = fingerprint()
+        tiles: tuple[int, ...] = (1,)
+        default_tile = None
+        if workload is not None:
+            from hpc_ds1.workloads import Workload, get_workload
+
+            wl = workload if isinstance(workload, Workload) else get_workload(str(workload))
+            tiles, default_tile = wl.tiles, wl.default_tile
+        space = cls.for_cpus(fp.logical_cpus, tiles, gpus=len(fp.gpus))
+        return replace(space, default_tile=default_tile)
+
+    @classmethod
+    def for_cpus(cls, logical_cpus: int, tiles: Sequence[int], gpus: int = 0) -> ConfigSpace:
+        workers = OVERSUBSCRIPTION * max(logical_cpus, 1)
+        return cls(
+            ranks=_powers_of_two(workers),
+            threads=_powers_of_two(max(logical_cpus, 1)),
+            tiles=tuple(sorted(set(tiles))),
+            gpus=gpus,
+            max_workers=workers,
+        )
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpus > 0
+
+    def problem(self, config: Config) -> str | None:
+        """Why `config` is not in this space, in words; None when it is."""
+        if config.ranks not in self.ranks:
+            return f"ranks={config.ranks} is not accepted; ranks must be one of {list(self.ranks)}"
+        if config.threads not in self.threads:
+            return (
+                f"threads={config.threads} is not accepted; threads must be one of "
+                f"{list(self.threads)}"
+            )
+        if config.tile not in self.tiles:
+            return f"tile={config.tile} is not accepted; tile must be one of {list(self.tiles)}"
+        if config.ranks * config.threads > self.max_workers:
+            return (
+                f"ranks x threads = {config.ranks * config.threads} exceeds {self.max_workers} "
+                f"({OVERSUBSCRIPTION} x the logical CPUs)"
+            )
+        if config.gpu and not self.has_gpu:
+            return "gpu=True is not accepted: this device has no CUDA GPU"
+        if config.gpu and config.ranks > self.gpus:
+            return f"gpu=True accepts at most one rank per GPU: ranks <= {self.gpus}"
+        return None
+
+    def contains(self, config: Config) -> bool:
+        return self.problem(config) is None
+
+    def validate(self, config: Config) -> Config:
+        reason = self.problem(config)
+        if reason is not None:
+            raise InfeasibleConfig(reason)
+        return config
+
+    def configs(self) -> list[Config]:
+        """Every feasible configuration."""
+        out = []
+        for gpu in (False, True) if self.has_gpu else (False,):
+            for r in self.ranks:
+                for t in self.threads:
+                    for tile in self.tiles:
+                        c = Config(ranks=r, threads=t, tile=tile, gpu=gpu)
+                        if self.contains(c):
+                            out.append(c)
+        return out
+
+    def default(self, tile: int | None = None) -> Config:
+        """One rank using every core, the middle tile: a sensible starting point."""
+        threads = max(t for t in self.threads)
+        middle = self.tiles[(len(self.tiles) - 1) // 2]
+        chosen = tile if tile is not None else (self.default_tile or middle)
+        return Config(ranks=1, threads=threads, tile=chosen)
+
+
+def _step(values: tuple[int, ...], current: int, direction: int) -> int | None:
+    if current not in values:
+        return None
+    index = values.index(current) + direction
+    return values[index] if 0 <= index < len(values) else None
+
+
+def apply_move(config: Config, move: str, space: ConfigSpace) -> Config | None:
+    """The configuration one `move` away, or None when the move leaves the space."""
+    if move not in MOVES:
+        raise ValueError(f"unknown move {move!r}; moves are {', '.join(MOVES)}")
+    changes: dict[str, object] = {}
+    axis = {"RANKS": ("ranks", space.ranks), "THREADS": ("threads", space.threads)}
+    axis["TILE"] = ("tile", space.tiles)
+    if move in (USE_GPU, USE_CPU):
+        want = move == USE_GPU
+        if config.gpu == want:
+            return None
+        changes["gpu"] = want
+    else:
+        name, direction = move.rsplit("_", 1)
+        field, values = axis[name]
+        nxt = _step(values, getattr(config, field), 1 if direction == "UP" else -1)
+        if nxt is None:
+            return None
+        changes[field] = nxt
+    candidate = config.model_copy(update=changes)
+    return candidate if space.contains(candidate) else None
+
+
+def neighbours(config: Config, space: ConfigSpace) -> dict[str, Config]:
+    """Every feasible configuration one move away, keyed by the move (STOP is not a neighbour)."""
+    out = {}
+    for move in MOVES:
+        nxt = apply_move(config, move, space)
+        if nxt is not None:
+            out[move] = nxt
+    return out

@@ -1,0 +1,98 @@
+"""What a workload is: its kernels (through `prepare`), its check, its work per size, its sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+ThroughputUnit = Literal["GFLOP/s", "GB/s"]
+
+
+@dataclass(frozen=True)
+class Work:
+    """Work of one run at one size: the whole problem, not one rank's share."""
+
+    flops: float
+    bytes_moved: float
+    memory_bytes: int
+    items: float  # samples, interactions, grid-point updates, multiply-adds
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Verdict of a correctness check against a reference computed on the same input."""
+
+    ok: bool
+    error: float
+    detail: str = ""
+
+
+@dataclass
+class RankContext:
+    """What a rank knows when it prepares a job: its communicator and its share of the machine."""
+
+    comm: Any  # an mpi4py communicator, or workloads.comm.SelfComm for one process
+    threads: int = 1
+    gpu: bool = False
+
+    @property
+    def rank(self) -> int:
+        return int(self.comm.Get_rank())
+
+    @property
+    def nranks(self) -> int:
+        return int(self.comm.Get_size())
+
+
+class Prepared(Protocol):
+    """A job ready to run on this rank: `run` is the timed region, `check` runs once after."""
+
+    def run(self) -> None: ...
+
+    def check(self) -> CheckResult: ...
+
+
+PrepareFn = Callable[[RankContext, int, int], Prepared]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A kind of job. `prepare(ctx, size, tile)` is called on every rank (collectively)."""
+
+    name: str
+    description: str
+    prepare: PrepareFn
+    work: Callable[[int], Work]
+    memory: Callable[[int, int], int]  # (size, ranks) -> bytes of all ranks together
+    sizes: tuple[int, ...]  # measured sizes (training)
+    held_out: tuple[int, ...]  # sizes in between, never used for training
+    tiles: tuple[int, ...]
+    default_tile: int
+    throughput_unit: ThroughputUnit = "GFLOP/s"
+    item_name: str = "items"
+    min_size_base: int = 0
+    min_size_per_rank: int = 1
+    gpu_capable: bool = False
+    module: str = field(default="")  # importable module that defines it (for rank programs)
+
+    def __post_init__(self) -> None:
+        if not self.module:
+            object.__setattr__(self, "module", getattr(self.prepare, "__module__", "") or "")
+        if self.default_tile not in self.tiles:
+            raise ValueError(f"{self.name}: default tile {self.default_tile} not in {self.tiles}")
+
+    @property
+    def size_range(self) -> tuple[int, int]:
+        every = self.sizes + self.held_out
+        return (min(every), max(every))
+
+    def min_size(self, ranks: int) -> int:
+        return max(1, self.min_size_base + self.min_size_per_rank * ranks)
+
+    def throughput(self, size: int, seconds: float) -> float:
+        if seconds <= 0:
+            return 0.0
+        w = self.work(size)
+        amount = w.flops if self.throughput_unit == "GFLOP/s" else w.bytes_moved
+        return amount / seconds / 1e9

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import pytest
+
+from hpc_ds1.space import (
+    ALL_ACTIONS,
+    MOVES,
+    STOP,
+    Config,
+    ConfigSpace,
+    InfeasibleConfig,
+    apply_move,
+    neighbours,
+)
+
+TILES = (32, 64, 128, 256)
+
+
+def space(cpus: int = 2, gpus: int = 0) -> ConfigSpace:
+    return ConfigSpace.for_cpus(cpus, TILES, gpus=gpus)
+
+
+def test_two_core_machine_has_ranks_1_2_4_and_threads_1_2() -> None:
+    s = space()
+    assert s.ranks == (1, 2, 4)
+    assert s.threads == (1, 2)
+    assert not s.has_gpu
+    configs = s.configs()
+    assert {(c.ranks, c.threads) for c in configs} == {(1, 1), (1, 2), (2, 1), (2, 2), (4, 1)}
+    assert len(configs) == 5 * len(TILES)
+    assert all(not c.gpu for c in configs)
+
+
+def test_this_device_space_comes_from_its_fingerprint() -> None:
+    s = ConfigSpace.for_device(workload="gemm")
+    assert 1 in s.ranks and s.tiles == TILES
+    assert s.default().tile == 128
+    assert s.contains(s.default())
+
+
+def test_moves_and_stop() -> None:
+    assert STOP not in MOVES and ALL_ACTIONS[-1] == STOP
+    assert set(MOVES) == {
+        "RANKS_UP", "RANKS_DOWN", "THREADS_UP", "THREADS_DOWN",
+        "TILE_UP", "TILE_DOWN", "USE_GPU", "USE_CPU",
+    }  # fmt: skip
+
+
+def test_neighbours_one_change_each_and_only_feasible() -> None:
+    s = space()
+    c = Config(ranks=2, threads=1, tile=64)
+    got = neighbours(c, s)
+    assert got == {
+        "RANKS_UP": Config(ranks=4, threads=1, tile=64),
+        "RANKS_DOWN": Config(ranks=1, threads=1, tile=64),
+        "THREADS_UP": Config(ranks=2, threads=2, tile=64),
+        "TILE_UP": Config(ranks=2, threads=1, tile=128),
+        "TILE_DOWN": Config(ranks=2, threads=1, tile=32),
+    }
+    # ranks=4 x threads=2 would oversubscribe beyond 2x the cores: not a neighbour
+    assert "THREADS_UP" not in neighbours(Config(ranks=4, threads=1, tile=64), s)
+    assert "TILE_UP" not in neighbours(Config(ranks=1, threads=1, tile=256), s)
+
+
+def test_gpu_moves_only_where_there_is_a_gpu() -> None:
+    c = Config(ranks=1, threads=2, tile=64)
+    assert "USE_GPU" not in neighbours(c, space())
+    with_gpu = space(gpus=1)
+    assert neighbours(c, with_gpu)["USE_GPU"] == c.model_copy(update={"gpu": True})
+    g = c.model_copy(update={"gpu": True})
+    moves = neighbours(g, with_gpu)
+    assert moves["USE_CPU"] == c and "RANKS_UP" not in moves
+    assert apply_move(c, "USE_CPU", with_gpu) is None
+
+
+def test_unknown_move_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown move"):
+        apply_move(Config(ranks=1, threads=1, tile=64), "JUMP", space())
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (Config(ranks=3, threads=1, tile=64), r"ranks=3 is not accepted; .*\[1, 2, 4\]"),
+        (Config(ranks=1, threads=4, tile=64), r"threads=4 is not accepted; .*\[1, 2\]"),
+        (Config(ranks=1, threads=1, tile=48), r"tile=48 is not accepted; .*\[32, 64, 128, 256\]"),
+        (Config(ranks=4, threads=2, tile=64), r"ranks x threads = 8 exceeds 4"),
+        (Config(ranks=1, threads=1, tile=64, gpu=True), r"no CUDA GPU"),
+    ],
+)
+def test_infeasible_configs_say_what_is_wrong(config: Config, message: str) -> None:
+    s = space()
+    assert not s.contains(config)
+    with pytest.raises(InfeasibleConfig, match=message):
+        s.validate(config)
+
+
+def test_config_rejects_nonpositive_values() -> None:
+    with pytest.raises(ValueError):
+        Config(ranks=0, threads=1, tile=1)
