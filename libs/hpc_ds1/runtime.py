@@ -18,6 +18,7 @@ from .bus import EventBus
 from .db import make_engine
 from .log import get_logger
 from .settings import Settings
+from .subjects import status_subject
 
 SERVICES: tuple[str, ...] = (
     "projector",
@@ -55,10 +56,6 @@ def entry_point(name: str) -> ServiceEntry:
     module = importlib.import_module(f"hpc_ds1.services.{name}")
     run: ServiceEntry = module.run
     return run
-
-
-def status_subject(settings: Settings, name: str) -> str:
-    return f"{settings.subject_prefix}-svc.{name}.status"
 
 
 async def _answer_status(ctx: ServiceContext) -> Callable[[], Awaitable[None]]:

@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     subject_prefix: str = Field(default="hpcds1", description="First token of every subject.")
     max_deliver: int = Field(default=5, ge=1, description="Deliveries before a dead letter.")
     projector_batch: int = Field(default=2000, ge=1, le=10_000)
+    auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
+    escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
 

@@ -92,6 +92,18 @@ class ConfigSpace:
             max_workers=workers,
         )
 
+    def runnable(self) -> ConfigSpace:
+        """Wider than the tuned space: what a user's job may already be using (up to twice the
+        oversubscription), so a decision can start from it and move back into the space."""
+        cpus = max(1, self.max_workers // OVERSUBSCRIPTION)
+        workers = 2 * self.max_workers
+        return replace(
+            self,
+            ranks=_powers_of_two(workers),
+            threads=_powers_of_two(OVERSUBSCRIPTION * cpus),
+            max_workers=workers,
+        )
+
     @property
     def has_gpu(self) -> bool:
         return self.gpus > 0

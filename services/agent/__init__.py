@@ -1,4 +1,5 @@
-"""The agent: one per device; registers it with its hardware fingerprint and runs its work."""
+"""The agent: one per device; registers it with its hardware fingerprint and runs its jobs for
+real, one at a time, recording each run as a measurement event."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import socket
 
 from hpc_ds1.events import DeviceRegistered, envelope
 from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.subjects import agent_run_subject
+
+from .jobs import JobRunner
+
+__all__ = ["JobRunner", "run"]
 
 
 async def run(ctx: ServiceContext) -> None:
@@ -23,4 +29,11 @@ async def run(ctx: ServiceContext) -> None:
         envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
     )
     ctx.facts["device_id"] = hardware.device_id
-    await ctx.stop.wait()
+    jobs = JobRunner(ctx, hardware.device_id)
+    sub = await ctx.bus.nc.subscribe(
+        agent_run_subject(ctx.settings, hardware.device_id), cb=jobs.handle
+    )
+    try:
+        await ctx.stop.wait()
+    finally:
+        await sub.unsubscribe()

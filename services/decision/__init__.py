@@ -1,10 +1,27 @@
-"""The decision service: one ONNX forward pass per decision, thresholds, familiarity guard."""
+"""The decision service: one ONNX forward pass per decision, thresholds and the familiarity
+guard; every decision becomes an event in the log."""
 
 from __future__ import annotations
 
 from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.subjects import decide_subject
+
+from .service import DecisionError, DecisionService
+
+__all__ = ["DecisionError", "DecisionService", "run"]
 
 
 async def run(ctx: ServiceContext) -> None:
-    # Reachable over NATS (status requests) from the start; its handlers join as they are built.
-    await ctx.stop.wait()
+    service = DecisionService(ctx)
+    subs = [
+        await ctx.bus.nc.subscribe(decide_subject(ctx.settings), cb=service.handle),
+        # Model events reach core subscribers too: a new model replaces the cached one.
+        await ctx.bus.nc.subscribe(
+            f"{ctx.settings.subject_prefix}.model.*.published", cb=service.forget_models
+        ),
+    ]
+    try:
+        await ctx.stop.wait()
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()

@@ -18,8 +18,11 @@ from hpc_ds1 import __version__
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.log import get_logger
-from hpc_ds1.runtime import SERVICES, status_subject
+from hpc_ds1.runtime import SERVICES
 from hpc_ds1.settings import Settings
+from hpc_ds1.subjects import status_subject
+
+from .decide import decide_router
 
 log = get_logger("gateway")
 
@@ -83,6 +86,8 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
         """The event log as projected, oldest first; page with `after` = the last `seq` seen."""
         rows = await asyncio.to_thread(_query_events, engine, type, subject, after, limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if len(rows) == limit else None}
+
+    app.include_router(decide_router(settings, bus))
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:

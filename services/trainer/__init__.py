@@ -1,10 +1,20 @@
-"""The trainer: turns a device's measurements into its ONNX model."""
+"""The trainer: turns a device's measurements into its ONNX model, stores the artifact in the
+Object Store and under $HPC_DS1_HOME/models/, and publishes a model event."""
 
 from __future__ import annotations
 
 from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.subjects import train_subject
+
+from .training import Trainer
+
+__all__ = ["Trainer", "run"]
 
 
 async def run(ctx: ServiceContext) -> None:
-    # Reachable over NATS (status requests) from the start; its handlers join as they are built.
-    await ctx.stop.wait()
+    trainer = Trainer(ctx)
+    sub = await ctx.bus.nc.subscribe(train_subject(ctx.settings), cb=trainer.handle)
+    try:
+        await ctx.stop.wait()
+    finally:
+        await sub.unsubscribe()

@@ -14,6 +14,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "db",
     "projection",
     "run",
+    "setup",
+    "decide",
 )
 
 

@@ -25,5 +25,14 @@ def load_settings(**overrides: Any) -> Settings:
     return settings
 
 
+def validation_message(error: ValidationError) -> str:
+    """Field-level, one line: 'config.ranks: Input should be greater than or equal to 1; ...'."""
+    parts = []
+    for e in error.errors(include_url=False):
+        where = ".".join(str(p) for p in e["loc"]) or "request"
+        parts.append(f"{where}: {e['msg']}")
+    return "; ".join(parts)
+
+
 def add_home_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", help="data folder (default $HPC_DS1_HOME or ~/.hpc_ds1)")

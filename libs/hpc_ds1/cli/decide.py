@@ -1,0 +1,120 @@
+"""`hpc-ds1 decide`: the model's next move for a job, through the decision service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import ValidationError
+
+from ..infra.home import running_owner
+from ..requests import DecideRequest
+from ..settings import Settings
+from ..stack import open_stack
+from ..subjects import decide_subject
+from . import UsageError
+from .common import add_home_argument, load_settings, validation_message
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("decide", help="the next move for a job, with its confidence")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--size", required=True, type=int)
+    parser.add_argument("--ranks", required=True, type=int)
+    parser.add_argument("--threads", required=True, type=int)
+    parser.add_argument("--tile", type=int, help="default: the workload's default tile")
+    parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--runtime-s", type=float, help="observed runtime: decide without running")
+    parser.add_argument("--throughput", type=float, help="observed GFLOP/s or GB/s")
+    parser.add_argument("--server", help="coordinator URL (default: the one serving this home)")
+    parser.add_argument("--token", help="bearer token for --server")
+    parser.add_argument("--json", action="store_true", help="print the decision as JSON")
+    add_home_argument(parser)
+    parser.set_defaults(handler=handle)
+
+
+def build_request(args: argparse.Namespace) -> DecideRequest:
+    body: dict[str, Any] = {
+        "workload": args.workload,
+        "size": args.size,
+        "config": {"ranks": args.ranks, "threads": args.threads, "gpu": args.gpu},
+        "source": "cli",
+    }
+    if args.tile is not None:
+        body["config"]["tile"] = args.tile
+    if args.runtime_s is not None or args.throughput is not None:
+        body["telemetry"] = {"runtime_s": args.runtime_s, "throughput": args.throughput}
+    try:
+        return DecideRequest.model_validate(body)
+    except ValidationError as error:
+        raise UsageError(validation_message(error)) from None
+
+
+def handle(args: argparse.Namespace) -> int:
+    settings = load_settings(home=args.home)
+    request = build_request(args)
+    owner = running_owner(settings.home)
+    server = args.server or (owner.gateway_url if owner else None)
+    if server:
+        decision = over_http(server, request, args.token)
+    else:
+        decision = asyncio.run(over_local_stack(settings, request))
+    print(json.dumps(decision, indent=2) if args.json else render(decision))
+    return 0
+
+
+def over_http(server: str, request: DecideRequest, token: str | None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        reply = httpx.post(
+            f"{server.rstrip('/')}/v1/decide",
+            content=request.model_dump_json(),
+            headers={"Content-Type": "application/json", **headers},
+            timeout=900,
+        )
+    except httpx.HTTPError as error:
+        raise UsageError(f"cannot reach {server}: {error}") from None
+    if reply.status_code != 200:
+        raise UsageError(f"{server} answered {reply.status_code}: {reply.text}")
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+async def over_local_stack(settings: Settings, request: DecideRequest) -> dict[str, Any]:
+    async with open_stack(settings, ("projector", "agent", "decision"), "cli-decide") as stack:
+        await stack.local_device()
+        reply = await stack.bus.nc.request(
+            decide_subject(settings),
+            request.model_dump_json().encode(),
+            timeout=900,
+            headers={"Hpc-Actor": getpass.getuser()},
+        )
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    if not answer.get("ok"):
+        raise UsageError(str(answer.get("error")))
+    decision: dict[str, Any] = answer["decision"]
+    return decision
+
+
+def render(d: dict[str, Any]) -> str:
+    config = " ".join(f"{k}={v}" for k, v in d["config"].items())
+    observed = d.get("telemetry") or {}
+    how = "ran for real" if d.get("ran") else "telemetry given"
+    runtime = f": {observed['runtime_s']:.4g} s" if observed.get("runtime_s") else ""
+    lines = [
+        f"{d['workload']} {d['size']} · {config} · {how}{runtime}",
+        f"choice      {d['choice']}",
+        f"confidence  {d['confidence']:.2f}",
+        f"mode        {d['mode']}",
+    ]
+    reasons = d.get("reasons") or []
+    lines += [f"reasons     {'; '.join(reasons) if reasons else '-'}"]
+    top = sorted(d.get("alternatives", {}).items(), key=lambda kv: -kv[1])[:4]
+    lines += [f"others      {', '.join(f'{m} {p:.2f}' for m, p in top)}"]
+    lines += [f"model       {d.get('model_version')} · decision {d['decision_id']}"]
+    return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""`hpc-ds1 setup [--quick]`: measure this machine for real, then train and publish its model."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import Any
+
+import orjson
+from tqdm import tqdm
+
+from ..settings import Settings
+from ..setup import PROFILES, Campaign, plan_jobs
+from ..stack import open_stack
+from ..subjects import train_subject
+from . import UsageError
+from .common import add_home_argument, load_settings
+
+TRAIN_TIMEOUT_S = 1800.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("setup", help="measure this machine and train its model")
+    parser.add_argument("--quick", action="store_true", help="three sizes per workload")
+    parser.add_argument(
+        "--workload",
+        action="append",
+        dest="workloads",
+        help="only this workload (repeatable; default: every registered one)",
+    )
+    parser.add_argument(
+        "--sizes",
+        help="comma-separated sizes for every selected workload, instead of the profile's",
+    )
+    parser.add_argument("--repeats", type=int, help="timed repeats per configuration")
+    parser.add_argument("--no-train", action="store_true", help="measure only")
+    add_home_argument(parser)
+    parser.set_defaults(handler=handle)
+
+
+def _sizes(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--sizes {text!r}: give whole numbers separated by commas") from None
+    if not sizes or min(sizes) <= 0:
+        raise UsageError(f"--sizes {text!r}: every size must be a positive integer")
+    return sizes
+
+
+def handle(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from ..workloads import UnknownWorkload, get_workload, list_workloads
+
+    settings = load_settings(home=args.home)
+    profile = PROFILES["quick" if args.quick else "full"]
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise UsageError("--repeats must be at least 1")
+        profile = replace(profile, repeats=args.repeats)
+    try:
+        workloads = [get_workload(name) for name in (args.workloads or list_workloads())]
+    except UnknownWorkload as error:
+        raise UsageError(str(error)) from None
+    sizes = _sizes(args.sizes)
+    return asyncio.run(_setup(settings, profile, workloads, sizes, not args.no_train))
+
+
+async def _setup(
+    settings: Settings, profile: Any, workloads: list[Any], sizes: list[int] | None, train: bool
+) -> int:
+    from ..hardware import fingerprint
+    from ..space import ConfigSpace
+
+    fp = await asyncio.to_thread(fingerprint)
+    spaces = {w.name: ConfigSpace.for_device(fp, w) for w in workloads}
+    chunks = plan_jobs(workloads, spaces, profile, sizes)
+    async with open_stack(settings, ("projector", "agent", "trainer"), "setup") as stack:
+        device_id = await stack.local_device()
+        print(
+            f"setup ({profile.name}) of device {device_id} · {fp.cpu_model} · "
+            f"{sum(len(c) for c in chunks)} runs planned · home {settings.home}",
+            flush=True,
+        )
+        with tqdm(
+            total=sum(len(c) for c in chunks), unit="run", file=sys.stderr, dynamic_ncols=True
+        ) as bar:
+
+            def progress(done: int, total: int, label: str) -> None:
+                bar.set_description(label or "skipping measured")
+                bar.update(done - bar.n)
+
+            report = await Campaign(stack, device_id).run(chunks, progress)
+        print(
+            f"measured {report.measured} runs in {report.seconds:.0f} s "
+            f"({report.skipped} already in the log; by status {report.by_status})",
+            flush=True,
+        )
+        if not train:
+            return 0
+        await stack.caught_up()
+        started = time.monotonic()
+        reply = await stack.bus.nc.request(
+            train_subject(settings),
+            orjson.dumps({"device_id": device_id}),
+            timeout=TRAIN_TIMEOUT_S,
+        )
+    answer = orjson.loads(reply.data)
+    if not answer.get("ok"):
+        raise UsageError(f"training failed: {answer.get('error')}")
+    took = time.monotonic() - started
+    print(f"trained model {answer['version']} in {took:.1f} s: {answer['path']}")
+    for key, value in _headline(answer["metrics"]).items():
+        print(f"  {key}: {value}")
+    return 0
+
+
+def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The scalar training metrics, for the terminal; the full set is in the model event."""
+    return {k: v for k, v in metrics.items() if isinstance(v, int | float | str)}

@@ -1,0 +1,108 @@
+"""Runs a setup plan for real, one (workload, size) chunk at a time, recording every result as a
+measurement event; a rerun skips what the log already holds, so an interruption loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from hpc_ds1.db import tables
+from hpc_ds1.devicelock import device_lock
+from hpc_ds1.events import envelope
+from hpc_ds1.measure import config_key, measurement_event
+from hpc_ds1.runner import Job, RunResult, run_many
+from hpc_ds1.stack import Stack
+
+from .plan import PlannedJob
+
+Progress = Callable[[int, int, str], None]  # done, total, label
+
+
+def setup_measurement_id(device_id: str, job: PlannedJob) -> str:
+    """Deterministic, so a re-run's event for the same job is recognised as already there."""
+    return f"setup:{device_id[:16]}:{job.workload}:{job.size}:{config_key(job.config)}"
+
+
+@dataclass
+class CampaignReport:
+    planned: int = 0
+    skipped: int = 0
+    measured: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    by_status: dict[str, int] = field(default_factory=dict)
+
+
+class Campaign:
+    def __init__(self, stack: Stack, device_id: str, timeout_s: float = 300.0) -> None:
+        self.stack = stack
+        self.device_id = device_id
+        self.timeout_s = timeout_s
+
+    def already_measured(self) -> set[str]:
+        t = tables.measurements
+        with self.stack.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.c.measurement_id).where(
+                    t.c.device_id == self.device_id, t.c.purpose == "setup"
+                )
+            )
+            return {r[0] for r in rows}
+
+    async def run(
+        self, chunks: Sequence[Sequence[PlannedJob]], progress: Progress
+    ) -> CampaignReport:
+        started = time.monotonic()
+        await self.stack.caught_up()
+        done_ids = await asyncio.to_thread(self.already_measured)
+        report = CampaignReport(planned=sum(len(c) for c in chunks))
+        done = 0
+        for chunk in chunks:
+            todo = [j for j in chunk if setup_measurement_id(self.device_id, j) not in done_ids]
+            report.skipped += len(chunk) - len(todo)
+            done += len(chunk) - len(todo)
+            if not todo:
+                progress(done, report.planned, "")
+                continue
+            label = f"{todo[0].workload} {todo[0].size}"
+            progress(done, report.planned, label)
+            results = await asyncio.to_thread(self._measure, todo)
+            await self._record(todo, results)
+            for result in results:
+                report.by_status[result.status.value] = (
+                    report.by_status.get(result.status.value, 0) + 1
+                )
+            report.measured += len(results)
+            report.failed += sum(1 for r in results if not r.ok)
+            done += len(todo)
+            progress(done, report.planned, label)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _measure(self, jobs: Sequence[PlannedJob]) -> list[RunResult]:
+        with device_lock(self.stack.settings.home):
+            return run_many(
+                [
+                    Job(workload=j.workload, size=j.size, config=j.config, repeats=j.repeats)
+                    for j in jobs
+                ],
+                timeout_s=self.timeout_s,
+            )
+
+    async def _record(self, jobs: Sequence[PlannedJob], results: Sequence[RunResult]) -> None:
+        prefix = self.stack.settings.subject_prefix
+        await self.stack.bus.publish_many(
+            envelope(
+                measurement_event(
+                    r, self.device_id, "setup", setup_measurement_id(self.device_id, j)
+                ),
+                actor="setup",
+                source="setup",
+                prefix=prefix,
+            )
+            for j, r in zip(jobs, results, strict=True)
+        )

@@ -1,0 +1,91 @@
+"""What a command needs from the log: the coordinator already serving this home, or, when none
+runs, the embedded infrastructure and the named services in this process for its duration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+
+from .bus import EventBus
+from .db import make_engine, tables
+from .infra.home import Endpoints, own_home, running_owner
+from .runtime import run_services
+from .settings import Settings
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    bus: EventBus
+    engine: Engine
+    endpoints: Endpoints
+    attached: bool  # True: another process (hpc-ds1 serve) owns the home and runs the services
+
+    async def caught_up(self, within_s: float = 30.0) -> None:
+        """Wait until the projection holds every event appended so far."""
+        target = await self.bus.last_sequence()
+        deadline = asyncio.get_running_loop().time() + within_s
+        while await asyncio.to_thread(self._checkpoint) < target:
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError("the projection did not catch up; is the projector running?")
+            await asyncio.sleep(0.05)
+
+    async def local_device(self, within_s: float = 60.0) -> str:
+        """The id of this machine's device once its agent's registration is projected."""
+        t = tables.devices
+        deadline = asyncio.get_running_loop().time() + within_s
+
+        def find() -> str | None:
+            with self.engine.connect() as conn:
+                query = select(t.c.device_id).where(t.c.local.is_(True)).order_by(t.c.seq.desc())
+                return conn.execute(query).scalar()
+
+        while (found := await asyncio.to_thread(find)) is None:
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError("no local agent registered; is the agent running?")
+            await asyncio.sleep(0.1)
+        return found
+
+    def _checkpoint(self) -> int:
+        with self.engine.connect() as conn:
+            value = conn.execute(select(tables.checkpoints.c.last_seq)).scalar()
+        return int(value or 0)
+
+
+@contextlib.asynccontextmanager
+async def open_stack(
+    settings: Settings, services: tuple[str, ...], name: str
+) -> AsyncIterator[Stack]:
+    owner = running_owner(settings.home)
+    if owner is not None:
+        async with _connected(settings, owner, name, attached=True) as stack:
+            yield stack
+        return
+    with own_home(settings) as endpoints:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(
+            run_services(services, settings, endpoints.nats_url, endpoints.database_url, stop)
+        )
+        try:
+            async with _connected(settings, endpoints, name, attached=False) as stack:
+                yield stack
+        finally:
+            stop.set()
+            await runner
+
+
+@contextlib.asynccontextmanager
+async def _connected(
+    settings: Settings, endpoints: Endpoints, name: str, attached: bool
+) -> AsyncIterator[Stack]:
+    bus = await EventBus.connect(settings, endpoints.nats_url, name)
+    engine = make_engine(endpoints.database_url, pool_size=2)
+    try:
+        yield Stack(settings, bus, engine, endpoints, attached)
+    finally:
+        await bus.close()
+        engine.dispose()

@@ -1,0 +1,25 @@
+"""Request/reply subjects between services (core NATS, outside the event stream)."""
+
+from __future__ import annotations
+
+from .settings import Settings
+
+
+def _svc(settings: Settings) -> str:
+    return f"{settings.subject_prefix}-svc"
+
+
+def status_subject(settings: Settings, service: str) -> str:
+    return f"{_svc(settings)}.{service}.status"
+
+
+def agent_run_subject(settings: Settings, device_id: str) -> str:
+    return f"{_svc(settings)}.agent.{device_id}.run"
+
+
+def train_subject(settings: Settings) -> str:
+    return f"{_svc(settings)}.trainer.train"
+
+
+def decide_subject(settings: Settings) -> str:
+    return f"{_svc(settings)}.decision.decide"

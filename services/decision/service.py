@@ -1,0 +1,225 @@
+"""Answers decide requests: load the device's model, run the job first when no telemetry is
+given, decide in one forward pass, record the decision event."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import orjson
+from pydantic import ValidationError
+from sqlalchemy import Engine, select
+
+from hpc_ds1.db import tables
+from hpc_ds1.events import DecisionMade, envelope, new_id
+from hpc_ds1.log import get_logger
+from hpc_ds1.models_store import MODELS_BUCKET
+from hpc_ds1.requests import DecideRequest, RunRequest
+from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.space import Config, ConfigSpace, InfeasibleConfig
+from hpc_ds1.subjects import agent_run_subject
+
+log = get_logger("decision")
+
+RUN_TIMEOUT_S = 900.0
+
+
+class DecisionError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _local_device(engine: Engine) -> tuple[str, dict[str, Any]] | None:
+    t = tables.devices
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(t.c.device_id, t.c.fingerprint)
+            .where(t.c.local.is_(True))
+            .order_by(t.c.seq.desc())
+        ).first()
+    return None if row is None else (row[0], dict(row[1]))
+
+
+def _device(engine: Engine, device_id: str) -> dict[str, Any] | None:
+    t = tables.devices
+    with engine.connect() as conn:
+        row = conn.execute(select(t.c.fingerprint).where(t.c.device_id == device_id)).first()
+    return None if row is None else dict(row[0])
+
+
+def _latest_model(engine: Engine, device_id: str) -> tuple[str, str] | None:
+    t = tables.models
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(t.c.model_version, t.c.artifact)
+            .where(t.c.device_id == device_id)
+            .order_by(t.c.seq.desc())
+        ).first()
+    return None if row is None else (row[0], row[1])
+
+
+class DecisionService:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self._models: dict[str, Any] = {}  # device id -> Model
+
+    async def forget_models(self, msg: Any) -> None:
+        self._models.clear()
+
+    async def handle(self, msg: Any) -> None:
+        actor = (msg.headers or {}).get("Hpc-Actor", "anonymous")
+        try:
+            request = DecideRequest.model_validate_json(msg.data)
+            body = await self.decide(request, actor)
+            reply: dict[str, Any] = {"ok": True, "decision": body}
+        except ValidationError as error:
+            reply = {"ok": False, "status": 422, "error": error.errors(include_url=False)}
+        except DecisionError as error:
+            reply = {"ok": False, "status": error.status, "error": str(error)}
+        except Exception as error:
+            log.error("decide_failed", error=repr(error))
+            reply = {"ok": False, "status": 500, "error": f"{type(error).__name__}: {error}"}
+        await msg.respond(orjson.dumps(reply, default=str))
+
+    async def _model(self, device_id: str) -> Any:
+        from hpc_ds1.model import Model
+
+        if device_id in self._models:
+            return self._models[device_id]
+        found = await asyncio.to_thread(_latest_model, self.ctx.engine, device_id)
+        if found is None:
+            raise DecisionError(
+                409, f"no model for device {device_id} yet: run `hpc-ds1 setup --quick` on it"
+            )
+        version, key = found
+        local = self.ctx.settings.models_dir / f"{version}.onnx"
+        if local.exists():
+            data = await asyncio.to_thread(local.read_bytes)
+        else:
+            store = await self.ctx.bus.js.object_store(
+                f"{MODELS_BUCKET}_{self.ctx.settings.stream}"
+            )
+            data = (await store.get(key)).data or b""
+        model = await asyncio.to_thread(Model.from_onnx, data)
+        self._models[device_id] = model
+        return model
+
+    async def _device(self, device_id: str | None) -> tuple[str, dict[str, Any]]:
+        if device_id is None:
+            local = await asyncio.to_thread(_local_device, self.ctx.engine)
+            if local is None:
+                raise DecisionError(409, "no device has joined yet: is the agent running?")
+            return local
+        fingerprint = await asyncio.to_thread(_device, self.ctx.engine, device_id)
+        if fingerprint is None:
+            raise DecisionError(404, f"unknown device {device_id}")
+        return device_id, fingerprint
+
+    async def decide(self, request: DecideRequest, actor: str) -> dict[str, Any]:
+        from hpc_ds1.hardware import Fingerprint
+        from hpc_ds1.model import State, Thresholds
+        from hpc_ds1.workloads import UnknownWorkload, get_workload
+
+        device_id, raw_fp = await self._device(request.device_id)
+        fingerprint = Fingerprint.model_validate(raw_fp)
+        model = await self._model(device_id)
+        try:
+            workload = get_workload(request.workload)
+            space: ConfigSpace | None = ConfigSpace.for_device(fingerprint, workload)
+            tile = request.config.tile or workload.default_tile
+        except UnknownWorkload:
+            workload, space, tile = None, None, request.config.tile or 1
+        config = Config(
+            ranks=request.config.ranks,
+            threads=request.config.threads,
+            tile=tile,
+            gpu=request.config.gpu,
+        )
+        outside: str | None = None
+        if space is not None:
+            try:
+                space.runnable().validate(config)
+            except InfeasibleConfig as error:
+                raise DecisionError(422, str(error)) from None
+            outside = space.problem(config)
+        telemetry = request.telemetry.model_dump() if request.telemetry else None
+        ran = False
+        notes: list[str] = []
+        if telemetry is None and workload is not None:
+            telemetry, note = await self._observe(device_id, request, config, actor)
+            ran = True
+            notes += [note] if note else []
+        state = State(
+            workload=request.workload,
+            size=request.size,
+            config=config,
+            runtime_s=(telemetry or {}).get("runtime_s"),
+            throughput=(telemetry or {}).get("throughput"),
+        )
+        thresholds = Thresholds(
+            auto=self.ctx.settings.auto_threshold, escalate=self.ctx.settings.escalate_threshold
+        )
+        decision = model.decide(state, thresholds=thresholds, space=space, fingerprint=fingerprint)
+        if outside:
+            notes.append(
+                f"the configuration is outside the space measured on this machine: {outside}"
+            )
+        reasons = list(decision.reasons) + notes
+        mode: Literal["auto", "confirm", "escalate"] = "escalate" if notes else decision.mode
+        event = DecisionMade(
+            decision_id=new_id(),
+            device_id=device_id,
+            source=request.source,
+            workload=request.workload,
+            size=request.size,
+            config=config.model_dump(),
+            choice=decision.choice,
+            confidence=decision.confidence,
+            mode=mode,
+            reasons=reasons,
+            alternatives=decision.alternatives,
+            model_version=decision.model_version,
+            session_id=request.session_id,
+        )
+        await self.ctx.bus.publish(
+            envelope(event, actor=actor, source="decision", prefix=self.ctx.settings.subject_prefix)
+        )
+        return {
+            **event.model_dump(mode="json"),
+            "telemetry": telemetry,
+            "ran": ran,
+            "predicted_runtime_s": decision.predicted_runtime_s,
+            "actor": actor,
+        }
+
+    async def _observe(
+        self, device_id: str, request: DecideRequest, config: Config, actor: str
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """Run the job once for real on the device's agent; (telemetry, note when it failed)."""
+        ask = RunRequest(
+            workload=request.workload,
+            size=request.size,
+            config=config.model_dump(),
+            purpose="decide",
+            actor=actor,
+        )
+        try:
+            reply = await self.ctx.bus.nc.request(
+                agent_run_subject(self.ctx.settings, device_id),
+                ask.model_dump_json().encode(),
+                timeout=RUN_TIMEOUT_S,
+            )
+        except Exception as error:
+            raise DecisionError(
+                503, f"the agent of device {device_id} did not answer: {error!r}"
+            ) from None
+        body = orjson.loads(reply.data)
+        if not body.get("ok"):
+            raise DecisionError(422, str(body.get("error")))
+        result = body["result"]
+        if result["status"] != "ok":
+            why = result.get("error") or result.get("check_detail")
+            note = f"the run in the current configuration ended {result['status']}: {why}"
+            return None, note
+        return {"runtime_s": result["runtime_s"], "throughput": result.get("throughput")}, None
