@@ -11,6 +11,8 @@ from sqlalchemy import Table
 
 from hpc_ds1.db import tables
 from hpc_ds1.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     DecisionMade,
     DeviceLeft,
     DeviceRegistered,
@@ -19,6 +21,14 @@ from hpc_ds1.events import (
     MalformedEvent,
     MeasurementRecorded,
     ModelPublished,
+    SessionFinished,
+    SessionMoveResolved,
+    SessionPaused,
+    SessionResumed,
+    SessionStarted,
+    SessionStepRun,
+    TokenCreated,
+    TokenRevoked,
     decode,
     typed,
 )
@@ -73,8 +83,138 @@ def _model(seq: int, env: Envelope, e: ModelPublished) -> list[Write]:
 
 
 def _decision(seq: int, env: Envelope, e: DecisionMade) -> list[Write]:
-    row = {**dict(e), "actor": env.actor, "time": env.time, "seq": seq}
+    auto = e.mode == "auto"
+    row = {
+        **dict(e),
+        "actor": env.actor,
+        "approved_by": "auto" if auto else None,
+        "approval": "auto" if auto else None,
+        "time": env.time,
+        "seq": seq,
+    }
     return [Write(tables.decisions, "insert", row)]
+
+
+def _session_update(seq: int, env: Envelope, session_id: str, **values: Any) -> Write:
+    row = {"session_id": session_id, **values, "updated_at": env.time, "seq": seq}
+    return Write(tables.sessions, "update", row)
+
+
+def _session_started(seq: int, env: Envelope, e: SessionStarted) -> list[Write]:
+    row = {
+        "session_id": e.session_id,
+        "device_id": e.device_id,
+        "workload": e.workload,
+        "size": e.size,
+        "start": e.start,
+        "owner": env.actor,
+        "status": "running",
+        "best_config": None,
+        "best_runtime_s": None,
+        "start_runtime_s": None,
+        "speedup": None,
+        "real_runs": 0,
+        "finish_reason": None,
+        "detail": None,
+        "started_at": env.time,
+        "updated_at": env.time,
+        "seq": seq,
+    }
+    return [Write(tables.sessions, "insert", row)]
+
+
+def _step_run(seq: int, env: Envelope, e: SessionStepRun) -> list[Write]:
+    if e.step == 0:
+        ok = e.status == "ok"
+        return [
+            _session_update(
+                seq,
+                env,
+                e.session_id,
+                real_runs=1,
+                start_runtime_s=e.runtime_s,
+                best_runtime_s=e.runtime_s if ok else None,
+                best_config=e.config if ok else None,
+            )
+        ]
+    return [_session_update(seq, env, e.session_id, real_runs=e.step + 1)]
+
+
+def _move_resolved(seq: int, env: Envelope, e: SessionMoveResolved) -> list[Write]:
+    if not e.kept:
+        return []
+    return [
+        _session_update(seq, env, e.session_id, best_config=e.config, best_runtime_s=e.runtime_s)
+    ]
+
+
+def _paused(seq: int, env: Envelope, e: SessionPaused) -> list[Write]:
+    return [_session_update(seq, env, e.session_id, status="paused")]
+
+
+def _resumed(seq: int, env: Envelope, e: SessionResumed) -> list[Write]:
+    return [_session_update(seq, env, e.session_id, status="running")]
+
+
+def _finished(seq: int, env: Envelope, e: SessionFinished) -> list[Write]:
+    return [
+        _session_update(
+            seq,
+            env,
+            e.session_id,
+            status="finished",
+            finish_reason=e.reason,
+            detail=e.detail,
+            best_config=e.best_config,
+            best_runtime_s=e.best_runtime_s,
+            start_runtime_s=e.start_runtime_s,
+            speedup=e.speedup,
+            real_runs=e.real_runs,
+        )
+    ]
+
+
+def _approval_requested(seq: int, env: Envelope, e: ApprovalRequested) -> list[Write]:
+    row = {
+        **dict(e),
+        "status": "waiting",
+        "requested_at": env.time,
+        "decided_by": None,
+        "decided_role": None,
+        "decided_at": None,
+        "note": None,
+        "seq": seq,
+    }
+    decision = {"decision_id": e.decision_id, "approval": "waiting"}
+    return [Write(tables.approvals, "insert", row), Write(tables.decisions, "update", decision)]
+
+
+def _approval_decided(seq: int, env: Envelope, e: ApprovalDecided) -> list[Write]:
+    status = "approved" if e.approved else "rejected"
+    row = {
+        "approval_id": e.approval_id,
+        "status": status,
+        "decided_by": e.by,
+        "decided_role": e.role,
+        "decided_at": env.time,
+        "note": e.note,
+        "seq": seq,
+    }
+    decision = {
+        "decision_id": e.decision_id,
+        "approval": status,
+        "approved_by": e.by if e.approved else None,
+    }
+    return [Write(tables.approvals, "update", row), Write(tables.decisions, "update", decision)]
+
+
+def _token_created(seq: int, env: Envelope, e: TokenCreated) -> list[Write]:
+    row = {**dict(e), "created_by": env.actor, "created_at": env.time, "revoked": False, "seq": seq}
+    return [Write(tables.tokens, "insert", row)]
+
+
+def _token_revoked(seq: int, env: Envelope, e: TokenRevoked) -> list[Write]:
+    return [Write(tables.tokens, "update", {"token_id": e.token_id, "revoked": True, "seq": seq})]
 
 
 PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
@@ -83,6 +223,16 @@ PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
     MeasurementRecorded: _measurement,
     ModelPublished: _model,
     DecisionMade: _decision,
+    SessionStarted: _session_started,
+    SessionStepRun: _step_run,
+    SessionMoveResolved: _move_resolved,
+    SessionPaused: _paused,
+    SessionResumed: _resumed,
+    SessionFinished: _finished,
+    ApprovalRequested: _approval_requested,
+    ApprovalDecided: _approval_decided,
+    TokenCreated: _token_created,
+    TokenRevoked: _token_revoked,
 }
 
 
@@ -125,7 +275,9 @@ def fold(seq: int, subject: str, data: bytes) -> Folded:
     if event is None:
         problem = f"unknown event type {env.type!r}"
         return Folded(seq, {**raw, "error": problem}, [], audit, problem)
-    return Folded(seq, raw, PROJECTIONS[type(event)](seq, env, event), audit)
+    project = PROJECTIONS.get(type(event))
+    writes = project(seq, env, event) if project else []
+    return Folded(seq, raw, writes, audit)
 
 
 def find_gaps(checkpoint: int, seqs: list[int]) -> list[tuple[int, int]]:

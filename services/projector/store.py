@@ -88,7 +88,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
 
 def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
     # Consecutive writes of one kind to one table go in one statement; order is kept.
-    for (table, kind), group in groupby(writes, key=lambda w: (w.table, w.kind)):
+    for (table, kind, _), group in groupby(writes, key=lambda w: (w.table, w.kind, tuple(w.row))):
         batch = list(group)
         rows = [w.row for w in batch]
         key = [c.name for c in table.primary_key.columns]

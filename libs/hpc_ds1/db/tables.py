@@ -115,9 +115,79 @@ decisions = Table(
     Column("model_version", Text),
     Column("session_id", Text, index=True),
     Column("actor", Text, nullable=False),
+    Column("approved_by", Text, doc="'auto', or the engineer who approved the move"),
+    Column("approval", Text, doc="auto, waiting, approved or rejected; NULL: none asked"),
     Column("time", DateTime(timezone=True), nullable=False),
     Column("seq", BigInteger, nullable=False),
 )
 
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("session_id", Text, primary_key=True),
+    Column("device_id", Text, nullable=False, index=True),
+    Column("workload", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("start", JSONB, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("status", Text, nullable=False, index=True),
+    Column("best_config", JSONB),
+    Column("best_runtime_s", Float),
+    Column("start_runtime_s", Float),
+    Column("speedup", Float),
+    Column("real_runs", Integer, nullable=False),
+    Column("finish_reason", Text),
+    Column("detail", Text),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("approval_id", Text, primary_key=True),
+    Column("session_id", Text, nullable=False, index=True),
+    Column("decision_id", Text, nullable=False),
+    Column("device_id", Text, nullable=False),
+    Column("workload", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("config", JSONB, nullable=False),
+    Column("move", Text, nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("mode", Text, nullable=False),
+    Column("reasons", JSONB, nullable=False),
+    Column("status", Text, nullable=False, index=True),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("decided_by", Text),
+    Column("decided_role", Text),
+    Column("decided_at", DateTime(timezone=True)),
+    Column("note", Text),
+    Column("seq", BigInteger, nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("token_id", Text, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("sha256", Text, nullable=False, unique=True),
+    Column("created_by", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked", Boolean, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
 # Everything `projection rebuild` empties and refills from the log (order: safe to truncate).
-READ_MODELS: tuple[Table, ...] = (events, gaps, devices, measurements, models, decisions)
+READ_MODELS: tuple[Table, ...] = (
+    events,
+    gaps,
+    devices,
+    measurements,
+    models,
+    decisions,
+    sessions,
+    approvals,
+    tokens,
+)

@@ -70,6 +70,9 @@ class ModelPublished(Event):
     trained_on: int = Field(ge=0, description="Number of measurements used.")
 
 
+Mode = Literal["auto", "confirm", "escalate"]
+
+
 class DecisionMade(Event):
     """One decision of the decision service, from any surface."""
 
@@ -85,14 +88,191 @@ class DecisionMade(Event):
     config: dict[str, Any]
     choice: str
     confidence: float = Field(ge=0, le=1)
-    mode: Literal["auto", "confirm", "escalate"]
+    mode: Mode
     reasons: list[str] = Field(default_factory=list)
     alternatives: dict[str, float] = Field(default_factory=dict)
     model_version: str | None = None
     session_id: str | None = None
 
 
+class SessionStarted(Event):
+    """A tuning session of one job on one device, from a start configuration."""
+
+    aggregate = "session"
+    name = "started"
+    id_field = "session_id"
+
+    session_id: str
+    device_id: str
+    workload: str
+    size: int = Field(gt=0)
+    start: dict[str, Any]
+    wait_for_engineer: bool = Field(default=True, description="False: approvals via API only.")
+
+
+class SessionStepRun(Event):
+    """One real run of the session's job: the baseline (step 0, no move) or a tried move."""
+
+    aggregate = "session"
+    name = "step_run"
+    id_field = "session_id"
+
+    session_id: str
+    step: int = Field(ge=0)
+    move: str | None = None
+    config: dict[str, Any]
+    status: str
+    runtime_s: float | None = None
+    spread: float | None = None
+    measurement_id: str | None = None
+
+
+class SessionMoveDecided(Event):
+    """The model's move for the session's current best configuration."""
+
+    aggregate = "session"
+    name = "move_decided"
+    id_field = "session_id"
+
+    session_id: str
+    step: int = Field(ge=1)
+    decision_id: str
+    move: str
+    confidence: float = Field(ge=0, le=1)
+    mode: Mode
+    reasons: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(description="The configuration the move starts from.")
+
+
+class SessionMoveResolved(Event):
+    """A tried move kept (faster by more than the noise) or reverted (slower or failing)."""
+
+    aggregate = "session"
+    name = "move_resolved"
+    id_field = "session_id"
+
+    session_id: str
+    step: int = Field(ge=1)
+    move: str
+    kept: bool
+    config: dict[str, Any] = Field(description="The configuration the move led to.")
+    runtime_s: float | None = None
+    best_runtime_s: float | None = Field(default=None, description="Best before this step.")
+    misses_in_a_row: int = Field(ge=0)
+
+
+class SessionPaused(Event):
+    """A move needs an engineer: the session waits on an approval."""
+
+    aggregate = "session"
+    name = "paused"
+    id_field = "session_id"
+
+    session_id: str
+    step: int = Field(ge=1)
+    approval_id: str
+
+
+class SessionResumed(Event):
+    aggregate = "session"
+    name = "resumed"
+    id_field = "session_id"
+
+    session_id: str
+    approval_id: str
+    approved: bool
+
+
+class SessionFinished(Event):
+    aggregate = "session"
+    name = "finished"
+    id_field = "session_id"
+
+    session_id: str
+    reason: Literal["stop", "two_misses", "rejected", "no_moves", "failed", "interrupted"]
+    detail: str = ""
+    best_config: dict[str, Any] | None = None
+    best_runtime_s: float | None = None
+    start_runtime_s: float | None = None
+    speedup: float | None = None
+    real_runs: int = Field(ge=0)
+
+
+class ApprovalRequested(Event):
+    """A move waiting for an engineer, with why it is here."""
+
+    aggregate = "approval"
+    name = "requested"
+    id_field = "approval_id"
+
+    approval_id: str
+    session_id: str
+    decision_id: str
+    device_id: str
+    workload: str
+    size: int
+    config: dict[str, Any]
+    move: str
+    confidence: float = Field(ge=0, le=1)
+    mode: Mode
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ApprovalDecided(Event):
+    """An engineer approved or rejected a waiting move; who, when (the envelope) and the note."""
+
+    aggregate = "approval"
+    name = "decided"
+    id_field = "approval_id"
+
+    approval_id: str
+    session_id: str
+    decision_id: str
+    approved: bool
+    by: str
+    role: str
+    note: str = ""
+
+
+class TokenCreated(Event):
+    """A bearer token for a person or an agent; only its SHA-256 is ever stored."""
+
+    aggregate = "token"
+    name = "created"
+    id_field = "token_id"
+
+    token_id: str
+    holder: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$", description="A person or agent.")
+    role: Literal["viewer", "engineer", "admin", "agent"]
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class TokenRevoked(Event):
+    aggregate = "token"
+    name = "revoked"
+    id_field = "token_id"
+
+    token_id: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.event_type(): cls
-    for cls in (DeviceRegistered, DeviceLeft, MeasurementRecorded, ModelPublished, DecisionMade)
+    for cls in (
+        DeviceRegistered,
+        DeviceLeft,
+        MeasurementRecorded,
+        ModelPublished,
+        DecisionMade,
+        SessionStarted,
+        SessionStepRun,
+        SessionMoveDecided,
+        SessionMoveResolved,
+        SessionPaused,
+        SessionResumed,
+        SessionFinished,
+        ApprovalRequested,
+        ApprovalDecided,
+        TokenCreated,
+        TokenRevoked,
+    )
 }

@@ -10,11 +10,22 @@ from hpc_ds1.audit import AuditFile, verify
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     DecisionMade,
     DeviceLeft,
     DeviceRegistered,
     Envelope,
     MeasurementRecorded,
+    SessionFinished,
+    SessionMoveDecided,
+    SessionMoveResolved,
+    SessionPaused,
+    SessionResumed,
+    SessionStarted,
+    SessionStepRun,
+    TokenCreated,
+    TokenRevoked,
     envelope,
 )
 from hpc_ds1.services.projector import Projector, project, rebuild
@@ -40,6 +51,87 @@ def measurement(bus: EventBus, i: int) -> Envelope:
             throughput_unit="GFLOP/s",
         ),
     )
+
+
+def session_story() -> list[Any]:
+    start = {"ranks": 1, "threads": 1, "tile": 64}
+    better = {"ranks": 1, "threads": 2, "tile": 64}
+    return [
+        TokenCreated(token_id="t1", holder="bob", role="engineer", sha256="a" * 64),
+        SessionStarted(session_id="s1", device_id="dev-1", workload="gemm", size=64, start=start),
+        SessionStepRun(session_id="s1", step=0, config=start, status="ok", runtime_s=2.0),
+        DecisionMade(
+            decision_id="d2",
+            device_id="dev-1",
+            source="session",
+            workload="gemm",
+            size=64,
+            config=start,
+            choice="THREADS_UP",
+            confidence=0.6,
+            mode="confirm",
+            session_id="s1",
+        ),
+        SessionMoveDecided(
+            session_id="s1",
+            step=1,
+            decision_id="d2",
+            move="THREADS_UP",
+            confidence=0.6,
+            mode="confirm",
+            config=start,
+        ),
+        ApprovalRequested(
+            approval_id="a1",
+            session_id="s1",
+            decision_id="d2",
+            device_id="dev-1",
+            workload="gemm",
+            size=64,
+            config=start,
+            move="THREADS_UP",
+            confidence=0.6,
+            mode="confirm",
+            reasons=["confidence 0.60"],
+        ),
+        SessionPaused(session_id="s1", step=1, approval_id="a1"),
+        ApprovalDecided(
+            approval_id="a1",
+            session_id="s1",
+            decision_id="d2",
+            approved=True,
+            by="bob",
+            role="engineer",
+            note="looks right",
+        ),
+        SessionResumed(session_id="s1", approval_id="a1", approved=True),
+        SessionStepRun(
+            session_id="s1", step=1, move="THREADS_UP", config=better, status="ok", runtime_s=1.0
+        ),
+        SessionMoveResolved(
+            session_id="s1",
+            step=1,
+            move="THREADS_UP",
+            kept=True,
+            config=better,
+            runtime_s=1.0,
+            best_runtime_s=2.0,
+            misses_in_a_row=0,
+        ),
+        SessionStepRun(
+            session_id="s1", step=2, move="TILE_UP", config=better, status="ok", runtime_s=1.5
+        ),
+        SessionFinished(
+            session_id="s1",
+            reason="stop",
+            best_config=better,
+            best_runtime_s=1.0,
+            start_runtime_s=2.0,
+            speedup=2.0,
+            real_runs=3,
+        ),
+        TokenRevoked(token_id="t1"),
+    ]
 
 
 def checkpoint(engine: Engine) -> int:
@@ -196,10 +288,29 @@ async def test_rebuild_equals_the_live_projection(
         )
     )
     await bus.publish(wrap(bus, DeviceLeft(device_id="dev-1", reason="bye")))
+    await bus.publish_many([wrap(bus, e, actor="alice") for e in session_story()])
     last = await bus.last_sequence()
     await run_until(projector_for(settings, engine, bus, batch=7), engine, last)
     live = snapshot(engine)
     assert live["devices"][0][1:5] == ("b", {}, False, "left")
+    with engine.connect() as conn:
+        session = conn.execute(select(tables.sessions)).mappings().one()
+        approval = conn.execute(select(tables.approvals)).mappings().one()
+        decision = (
+            conn.execute(select(tables.decisions).where(tables.decisions.c.decision_id == "d2"))
+            .mappings()
+            .one()
+        )
+        token = conn.execute(select(tables.tokens)).mappings().one()
+    assert (session["status"], session["real_runs"], session["speedup"]) == ("finished", 3, 2.0)
+    assert session["best_config"] == {"ranks": 1, "threads": 2, "tile": 64}
+    assert (approval["status"], approval["decided_by"], approval["note"]) == (
+        "approved",
+        "bob",
+        "looks right",
+    )
+    assert (decision["approval"], decision["approved_by"]) == ("approved", "bob")
+    assert (token["holder"], token["role"], token["revoked"]) == ("bob", "engineer", True)
     assert await rebuild(engine, bus) == last
     assert snapshot(engine) == live
     assert len(settings.audit_path.read_text().splitlines()) == last
