@@ -70,3 +70,23 @@ class RunRequest(BaseModel):
     repeats: int = Field(default=3, ge=1, le=50)
     purpose: str = "run"
     actor: str = "agent"
+
+
+class StartSessionRequest(BaseModel):
+    """Start a tuning session; `start` defaults to the space's default configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: str
+    size: int = Field(gt=0, strict=True)
+    start: ConfigIn | None = None
+    device_id: str | None = None
+    session_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]{8,64}$")
+    wait_for_engineer: bool = True
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_name(cls, value: str) -> str:
+        if not _WORKLOAD.match(value):
+            raise ValueError("use 1-64 letters, digits, '_', '-' or '.'")
+        return value

@@ -23,3 +23,7 @@ def train_subject(settings: Settings) -> str:
 
 def decide_subject(settings: Settings) -> str:
     return f"{_svc(settings)}.decision.decide"
+
+
+def start_session_subject(settings: Settings) -> str:
+    return f"{_svc(settings)}.coordinator.start_session"

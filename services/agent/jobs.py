@@ -28,13 +28,18 @@ class JobRunner:
     async def handle(self, msg: Any) -> None:
         try:
             request = RunRequest.model_validate_json(msg.data)
-            result = await self.execute(request)
+            result, measurement_id = await self.execute(request)
         except (ValidationError, InvalidJob, ValueError, LookupError) as error:
             await msg.respond(orjson.dumps({"ok": False, "error": str(error)}))
             return
-        await msg.respond(orjson.dumps({"ok": True, "result": result.model_dump(mode="json")}))
+        body = {
+            "ok": True,
+            "result": result.model_dump(mode="json"),
+            "measurement_id": measurement_id,
+        }
+        await msg.respond(orjson.dumps(body))
 
-    async def execute(self, request: RunRequest) -> RunResult:
+    async def execute(self, request: RunRequest) -> tuple[RunResult, str]:
         config = Config.model_validate(request.config)
         home = self.ctx.settings.home
 
@@ -64,4 +69,4 @@ class JobRunner:
             status=result.status.value,
             runtime_s=result.runtime_s,
         )
-        return result
+        return result, event.measurement_id

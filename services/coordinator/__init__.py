@@ -1,10 +1,30 @@
-"""The coordinator: owns tuning sessions, fleet membership and the task lifecycle."""
+"""The coordinator: owns tuning sessions (step, keep/revert, stop, pause for approval); after a
+restart it rebuilds every unfinished session from the log and drives it on."""
 
 from __future__ import annotations
 
+import asyncio
+
 from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.subjects import start_session_subject
+
+from .coordinator import Coordinator
+
+__all__ = ["Coordinator", "run"]
 
 
 async def run(ctx: ServiceContext) -> None:
-    # Reachable over NATS (status requests) from the start; its handlers join as they are built.
-    await ctx.stop.wait()
+    coordinator = Coordinator(ctx)
+    sub = await ctx.bus.nc.subscribe(
+        start_session_subject(ctx.settings), cb=coordinator.handle_start
+    )
+    ctx.facts["sessions_driven"] = lambda: len(coordinator.tasks)
+    await coordinator.resume_unfinished()
+    try:
+        await ctx.stop.wait()
+    finally:
+        await sub.unsubscribe()
+        tasks = list(coordinator.tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

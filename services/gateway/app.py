@@ -7,10 +7,11 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
 import structlog
-from fastapi import FastAPI, HTTPException, Query, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy import Engine, select, text
 
@@ -21,8 +22,12 @@ from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import SERVICES
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import status_subject
+from hpc_ds1.tokens import Principal
 
+from .audit_api import audit_router
+from .auth import auth_router, install_auth, require
 from .decide import decide_router
+from .sessions import sessions_router
 
 log = get_logger("gateway")
 
@@ -78,6 +83,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
 
     @app.get("/v1/events", tags=["events"])
     async def list_events(
+        _: Annotated[Principal, Depends(require("viewer"))],
         type: str | None = Query(None, description="Exact event type, e.g. device.registered"),
         subject: str | None = Query(None, description="Subject prefix, e.g. hpcds1.device."),
         after: int = Query(0, ge=0, description="Return events with a sequence above this."),
@@ -87,11 +93,25 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
         rows = await asyncio.to_thread(_query_events, engine, type, subject, after, limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if len(rows) == limit else None}
 
+    install_auth(app, settings, engine)
+    app.include_router(auth_router(settings, engine))
     app.include_router(decide_router(settings, bus))
+    app.include_router(sessions_router(settings, bus, engine))
+    app.include_router(audit_router(settings, engine))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
+        # Field-level messages; the offending input is not echoed (it may be NaN or a secret).
+        detail = [
+            {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in error.errors()
+        ]
+        return JSONResponse({"error": "invalid request", "detail": detail}, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": error.detail}, status_code=error.status_code)
+        return JSONResponse(
+            {"error": error.detail}, status_code=error.status_code, headers=error.headers
+        )
 
     return app
 

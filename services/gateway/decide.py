@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.requests import DecideRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import decide_subject
+from hpc_ds1.tokens import Principal
+
+from .auth import optional_principal
 
 # With telemetry the answer is one forward pass; without it the job runs first, for real.
 FORWARD_PASS_TIMEOUT_S = 10.0
@@ -41,11 +44,12 @@ def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
     router = APIRouter(tags=["decisions"])
 
     @router.post("/v1/decide")
-    async def decide(body: DecideRequest, request: Request) -> dict[str, Any]:
+    async def decide(
+        body: DecideRequest, who: Annotated[Principal, Depends(optional_principal)]
+    ) -> dict[str, Any]:
         """The model's next move for a job: choice, confidence, mode (auto / confirm /
         escalate) and the reasons it is not auto. Without `telemetry` the job is first run
         for real on the device; with it, the answer is one forward pass and nothing runs."""
-        actor = getattr(request.state, "actor", "anonymous")
-        return await request_decision(bus, settings, body, actor)
+        return await request_decision(bus, settings, body, who.name)
 
     return router

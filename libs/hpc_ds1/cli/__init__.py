@@ -16,6 +16,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "run",
     "setup",
     "decide",
+    "tune",
+    "token",
+    "audit",
 )
 
 

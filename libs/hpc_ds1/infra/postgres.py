@@ -96,7 +96,8 @@ class EmbeddedPostgres:
             timeout=timeout + 5,
         )
         if done.returncode != 0:
-            log = (self.pgdata / "server.log").read_text(errors="replace")[-2000:]
+            log_file = self.pgdata / "server.log"
+            log = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
             raise RuntimeError(f"Postgres did not start: {done.stderr.strip()}\n{log}")
         wait_for_port("127.0.0.1", self.port, timeout)
         return self.url

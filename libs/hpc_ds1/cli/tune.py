@@ -1,0 +1,266 @@
+"""`hpc-ds1 tune`: a tuning session, each step shown live as it runs for real; moves that need an
+engineer are asked at the terminal (or left for the console/API with --no-wait)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import ValidationError
+
+from ..approvals import ApprovalError, decide_approval
+from ..events import new_id
+from ..infra.home import running_owner
+from ..requests import StartSessionRequest
+from ..settings import Settings
+from ..stack import open_stack
+from ..subjects import start_session_subject
+from . import UsageError
+from .common import add_home_argument, load_settings, validation_message
+
+Ask = Callable[[dict[str, Any]], Awaitable[tuple[bool, str] | None]]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("tune", help="tune a job one change at a time, for real")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--size", required=True, type=int)
+    parser.add_argument("--start", help="start configuration, e.g. ranks=1,threads=1,tile=16")
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="leave moves that need an engineer for the console/API; print the "
+        "session id and return",
+    )
+    parser.add_argument("--server", help="coordinator URL (default: this home's, or embedded)")
+    parser.add_argument("--token", help="engineer token for --server")
+    add_home_argument(parser)
+    parser.set_defaults(handler=handle)
+
+
+def parse_start(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    start: dict[str, Any] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key not in ("ranks", "threads", "tile", "gpu") or not value:
+            raise UsageError(f"--start {text!r}: use key=value pairs of ranks, threads, tile, gpu")
+        if key == "gpu":
+            start[key] = value.strip().lower() in ("1", "true", "yes")
+            continue
+        try:
+            start[key] = int(value)
+        except ValueError:
+            raise UsageError(f"--start {key}={value!r}: must be a whole number") from None
+    return start
+
+
+def handle(args: argparse.Namespace) -> int:
+    settings = load_settings(home=args.home)
+    try:
+        request = StartSessionRequest.model_validate(
+            {
+                "workload": args.workload,
+                "size": args.size,
+                "start": parse_start(args.start),
+                "session_id": new_id(),
+                "wait_for_engineer": not args.no_wait,
+            }
+        )
+    except ValidationError as error:
+        raise UsageError(validation_message(error)) from None
+    owner = running_owner(settings.home)
+    if args.server:
+        return asyncio.run(remote(args.server, args.token, request, args.no_wait))
+    if owner is None:
+        print(
+            "no coordinator is serving this home: starting the embedded one for this session",
+            file=sys.stderr,
+        )
+    return asyncio.run(local(settings, request, args.no_wait))
+
+
+class StepTable:
+    """Prints a session's events as table rows."""
+
+    def __init__(self) -> None:
+        self.best: float | None = None
+        print(f"{'step':<5}{'move':<14}{'configuration':<36}{'runtime':>10}  result", flush=True)
+
+    def show(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "step_run":
+            config = " ".join(f"{k}={v}" for k, v in data["config"].items() if k != "gpu" or v)
+            runtime = f"{data['runtime_s']:.4f} s" if data.get("runtime_s") else "-"
+            if data["step"] == 0:
+                self.best = data.get("runtime_s")
+                print(
+                    f"{0:<5}{'(start)':<14}{config:<36}{runtime:>10}  {data['status']}", flush=True
+                )
+            else:
+                self._pending = (
+                    data["step"],
+                    data.get("move") or "",
+                    config,
+                    runtime,
+                    data["status"],
+                )
+        elif kind == "move_resolved":
+            step, move, config, runtime, status = getattr(
+                self, "_pending", (data["step"], data["move"], "", "-", "?")
+            )
+            before = data.get("best_runtime_s")
+            change = (
+                f" {100 * (data['runtime_s'] / before - 1):+.1f}%"
+                if before and data.get("runtime_s")
+                else ""
+            )
+            verdict = (
+                "kept" if data["kept"] else f"reverted ({status})" if status != "ok" else "reverted"
+            )
+            print(f"{step:<5}{move:<14}{config:<36}{runtime:>10}  {verdict}{change}", flush=True)
+        elif kind == "move_decided":
+            print(
+                f"{'':<5}{'→ ' + data['move']:<14}{'':<36}{'':>10}  "
+                f"{data['mode']} {data['confidence']:.2f}",
+                flush=True,
+            )
+        elif kind == "finished":
+            speedup = f"{data['speedup']:.2f}x" if data.get("speedup") else "-"
+            best = " ".join(f"{k}={v}" for k, v in (data.get("best_config") or {}).items())
+            runtime = f"{data['best_runtime_s']:.4f} s" if data.get("best_runtime_s") else "-"
+            print(
+                f"finished ({data['reason']}): {data.get('detail', '')}\n"
+                f"best {best} · {runtime} · speed-up {speedup} over the start · "
+                f"{data['real_runs']} real runs",
+                flush=True,
+            )
+
+
+async def ask_at_terminal(approval: dict[str, Any]) -> tuple[bool, str] | None:
+    reasons = "; ".join(approval.get("reasons") or []) or "confidence below auto"
+    prompt = (
+        f"\n{approval['move']} from {approval['config']} needs an engineer "
+        f"({approval['mode']}, confidence {approval['confidence']:.2f}: {reasons}).\n"
+        f"approve? [y/n] "
+    )
+    answer = (await asyncio.to_thread(input, prompt)).strip().lower()
+    note = (await asyncio.to_thread(input, "note (optional): ")).strip()
+    return answer in ("y", "yes"), note
+
+
+async def local(settings: Settings, request: StartSessionRequest, no_wait: bool) -> int:
+    user = getpass.getuser()
+    services = ("projector", "agent", "decision", "coordinator")
+    async with open_stack(settings, services, "cli-tune") as stack:
+        await stack.local_device()
+        inbox: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
+        prefix = settings.subject_prefix
+
+        async def collect(msg: Any) -> None:
+            env = orjson.loads(msg.data)
+            inbox.put_nowait((env["type"], msg.subject, env["data"]))
+
+        subs = [
+            await stack.bus.nc.subscribe(f"{prefix}.session.{request.session_id}.*", cb=collect),
+            await stack.bus.nc.subscribe(f"{prefix}.approval.*.requested", cb=collect),
+        ]
+        reply = orjson.loads(
+            (
+                await stack.bus.nc.request(
+                    start_session_subject(settings),
+                    request.model_dump_json().encode(),
+                    timeout=30,
+                    headers={"Hpc-Actor": user},
+                )
+            ).data
+        )
+        if not reply.get("ok"):
+            raise UsageError(str(reply.get("error")))
+        print(
+            f"session {request.session_id} · {request.workload} {request.size} on device "
+            f"{reply['device_id']}",
+            flush=True,
+        )
+        table = StepTable()
+        while True:
+            kind, _, data = await inbox.get()
+            if kind == "approval.requested":
+                if data["session_id"] != request.session_id:
+                    continue
+                if no_wait:
+                    print(
+                        f"waiting for an engineer: approval {data['approval_id']} "
+                        f"({data['move']}, {data['confidence']:.2f}); decide it in the console "
+                        f"or POST /v1/approvals/{data['approval_id']}"
+                    )
+                    if not stack.attached:
+                        print("the session resumes when `hpc-ds1 serve` runs for this home")
+                    return 0
+                verdict = await ask_at_terminal(data)
+                if verdict is not None:
+                    try:
+                        await decide_approval(
+                            stack.bus, data["approval_id"], verdict[0], user, "engineer", verdict[1]
+                        )
+                    except ApprovalError as error:
+                        print(f"not recorded: {error}")
+                continue
+            table.show(kind.split(".", 1)[1], data)
+            if kind == "session.finished":
+                for sub in subs:
+                    await sub.unsubscribe()
+                return 0
+
+
+async def remote(
+    server: str, token: str | None, request: StartSessionRequest, no_wait: bool
+) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = server.rstrip("/")
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as http:
+        started = await http.post(
+            "/v1/sessions",
+            content=request.model_dump_json(),
+            headers={"Content-Type": "application/json"},
+        )
+        if started.status_code != 201:
+            raise UsageError(f"{base} answered {started.status_code}: {started.text}")
+        print(f"session {request.session_id} on {base}", flush=True)
+        table = StepTable()
+        seen = 0
+        asked: set[str] = set()
+        while True:
+            body = (await http.get(f"/v1/sessions/{request.session_id}")).json()
+            for event in body.get("events", []):
+                if event["seq"] <= seen:
+                    continue
+                seen = event["seq"]
+                table.show(event["type"].split(".", 1)[1], event["data"])
+                if event["type"] == "session.finished":
+                    return 0
+            waiting = (await http.get("/v1/approvals")).json().get("approvals", [])
+            for approval in waiting:
+                if approval["session_id"] != request.session_id or approval["approval_id"] in asked:
+                    continue
+                asked.add(approval["approval_id"])
+                if no_wait:
+                    print(f"waiting for an engineer: approval {approval['approval_id']}")
+                    return 0
+                verdict = await ask_at_terminal(approval)
+                if verdict is not None:
+                    await http.post(
+                        f"/v1/approvals/{approval['approval_id']}",
+                        json={
+                            "decision": "approve" if verdict[0] else "reject",
+                            "note": verdict[1],
+                        },
+                    )
+            await asyncio.sleep(1.0)

@@ -1,0 +1,123 @@
+"""Feature vectors: work per size (not the workload's name), configuration, machine, telemetry.
+
+Column layout: BASE (runtime model and familiarity guard) then TELEMETRY (move model only)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hpc_ds1.space import Config
+
+WORK_FEATURES = ("log10_flops", "log10_bytes", "log10_memory", "log10_intensity", "log2_size")
+CONFIG_FEATURES = ("log2_ranks", "log2_threads", "log2_tile", "tile_pos", "gpu", "workers_per_cpu")
+MACHINE_FEATURES = ("logical_cpus", "physical_cores", "log2_memory_gib", "gpus")
+TELEMETRY_FEATURES = ("log10_runtime", "log10_throughput", "has_telemetry")
+BASE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES)
+STATE_FEATURES = (*BASE_FEATURES, *TELEMETRY_FEATURES)
+N_WORK = len(WORK_FEATURES)
+N_BASE = len(BASE_FEATURES)
+N_STATE = len(STATE_FEATURES)
+
+FloatArray = npt.NDArray[np.float32]
+
+
+def _log10(x: float) -> float:
+    return math.log10(max(float(x), 1.0))
+
+
+def work_vector(flops: float, bytes_moved: float, memory_bytes: float, size: int) -> list[float]:
+    intensity = (float(flops) + 1.0) / (float(bytes_moved) + 1.0)
+    return [
+        _log10(flops),
+        _log10(bytes_moved),
+        _log10(memory_bytes),
+        math.log10(intensity),
+        math.log2(max(size, 1)),
+    ]
+
+
+@functools.lru_cache(maxsize=4096)
+def registry_work(workload: str, size: int) -> tuple[float, ...] | None:
+    """Work features of a registered workload at `size`; None when it is not registered."""
+    from hpc_ds1.workloads import UnknownWorkload, get_workload
+
+    try:
+        wl = get_workload(workload)
+    except UnknownWorkload:
+        return None
+    w = wl.work(size)
+    return tuple(work_vector(w.flops, w.bytes_moved, w.memory_bytes, size))
+
+
+@functools.lru_cache(maxsize=256)
+def registry_tiles(workload: str) -> tuple[int, ...] | None:
+    from hpc_ds1.workloads import UnknownWorkload, get_workload
+
+    try:
+        return tuple(get_workload(workload).tiles)
+    except UnknownWorkload:
+        return None
+
+
+def machine_vector(fp: Any) -> list[float]:
+    """From a Fingerprint or its dict."""
+    get = (lambda k: fp[k]) if isinstance(fp, dict) else (lambda k: getattr(fp, k))
+    return [
+        float(get("logical_cpus")),
+        float(get("physical_cores")),
+        math.log2(max(float(get("memory_bytes")) / 2**30, 1e-3)),
+        float(len(get("gpus"))),
+    ]
+
+
+def tile_position(tile: int, tiles: Sequence[int] | None) -> float:
+    """Where the tile sits in the workload's tile range: 0 smallest, 1 largest, 0.5 unknown."""
+    if not tiles or len(tiles) < 2:
+        return 0.5
+    lo, hi = math.log2(min(tiles)), math.log2(max(tiles))
+    return min(max((math.log2(tile) - lo) / (hi - lo), -1.0), 2.0) if hi > lo else 0.5
+
+
+def config_vector(config: Config, tiles: Sequence[int] | None, logical_cpus: float) -> list[float]:
+    return [
+        math.log2(config.ranks),
+        math.log2(config.threads),
+        math.log2(config.tile),
+        tile_position(config.tile, tiles),
+        1.0 if config.gpu else 0.0,
+        config.ranks * config.threads / max(logical_cpus, 1.0),
+    ]
+
+
+def telemetry_vector(runtime_s: float | None, throughput: float | None) -> list[float]:
+    if runtime_s is None or runtime_s <= 0:
+        return [0.0, 0.0, 0.0]
+    tput = math.log10(throughput) if throughput is not None and throughput > 0 else 0.0
+    return [math.log10(runtime_s), tput, 1.0]
+
+
+def row(
+    work: Sequence[float],
+    config: Config,
+    tiles: Sequence[int] | None,
+    machine: Sequence[float],
+    runtime_s: float | None = None,
+    throughput: float | None = None,
+) -> list[float]:
+    """One full state row (STATE_FEATURES)."""
+    return [
+        *work,
+        *config_vector(config, tiles, machine[0]),
+        *machine,
+        *telemetry_vector(runtime_s, throughput),
+    ]
+
+
+def as_matrix(rows: Sequence[Sequence[float]]) -> FloatArray:
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)

@@ -1,0 +1,320 @@
+"""Model: built only from the ONNX bytes; one decision is one onnxruntime forward pass."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from hpc_ds1.model import features as ft
+from hpc_ds1.model.guard import distance_reason, hardware_reason, size_reason
+from hpc_ds1.model.onnx_graph import (
+    CONFIGS,
+    DISTANCE,
+    INPUT,
+    METADATA_KEY,
+    PROBABILITIES,
+    RUNTIME,
+)
+from hpc_ds1.model.schema import Decision, Recommendation, State, Thresholds
+from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
+
+OUTPUTS = [PROBABILITIES, RUNTIME, DISTANCE]
+CACHE_LIMIT = 65536
+
+
+class ObservationFailed(RuntimeError):
+    """The job did not run successfully, so there is no state to decide about."""
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+class Model:
+    def __init__(self, data: bytes, thresholds: Thresholds | None = None) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = ort.InferenceSession(
+            data, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        meta = self._session.get_modelmeta().custom_metadata_map
+        if METADATA_KEY not in meta:
+            raise ValueError("not an hpc_ds1 model: its ONNX metadata has no 'hpc_ds1' entry")
+        self.metadata: dict[str, Any] = json.loads(meta[METADATA_KEY])
+        self.version = hashlib.sha256(data).hexdigest()[:16]
+        self.thresholds = thresholds or Thresholds()
+        self.device_id: str = self.metadata["device_id"]
+        self.fingerprint: dict[str, Any] = self.metadata["fingerprint"]
+        self.trained_at: str = self.metadata.get("trained_at", "")
+        self.name: str = self.metadata.get("name", "hpc_ds1")
+        self.metrics: dict[str, Any] = self.metadata.get("metrics", {})
+        info = self.metadata["workloads"]
+        self.workloads: dict[str, tuple[int, int]] = {
+            w: (int(v["range"][0]), int(v["range"][1])) for w, v in info.items()
+        }
+        self.sizes: dict[str, list[int]] = {w: list(v["sizes"]) for w, v in info.items()}
+        self._tiles: dict[str, tuple[int, ...]] = {w: tuple(v["tiles"]) for w, v in info.items()}
+        self._machine: list[float] = list(self.metadata["machine"])
+        self._unknown_work: list[float] = list(self.metadata["unknown_work"])
+        self.distance_threshold = float(self.metadata["distance_threshold"])
+        self._rmse = float(self.metadata.get("runtime_rmse_log10") or 0.3)
+        self._class_index = np.asarray(
+            [ALL_ACTIONS.index(c) for c in self.metadata["classes"]], dtype=int
+        )
+        self._spaces: dict[tuple[str, int, int], ConfigSpace] = {}
+        self._neighbours: dict[tuple[ConfigSpace, Config], dict[str, Config]] = {}
+        self._base_rows: dict[tuple[str, int, Config], list[float]] = {}
+
+    @classmethod
+    def from_onnx(cls, data: bytes, thresholds: Thresholds | None = None) -> Model:
+        return cls(data, thresholds)
+
+    @classmethod
+    def from_file(cls, path: str | Path, thresholds: Thresholds | None = None) -> Model:
+        return cls(Path(path).read_bytes(), thresholds)
+
+    def describe(self) -> dict[str, Any]:
+        """Name, version, where and when it was trained, thresholds, sizes and guard ranges."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "device_id": self.device_id,
+            "trained_at": self.trained_at,
+            "thresholds": self.thresholds.model_dump(),
+            "estimators": self.metadata.get("estimators", {}),
+            "distance_threshold": self.distance_threshold,
+            "workloads": {
+                w: {"sizes": self.sizes[w], "guard_range": list(r)}
+                for w, r in self.workloads.items()
+            },
+        }
+
+    # --- features -------------------------------------------------------------------------
+    def _machine_for(self, fingerprint: Any) -> list[float]:
+        return self._machine if fingerprint is None else ft.machine_vector(fingerprint)
+
+    def _work(self, workload: str, size: int) -> tuple[list[float], bool]:
+        w = ft.registry_work(workload, size)
+        return (list(w), True) if w is not None else (list(self._unknown_work), False)
+
+    def _tiles_of(self, workload: str) -> tuple[int, ...] | None:
+        return self._tiles.get(workload) or ft.registry_tiles(workload)
+
+    def space_for(self, workload: str, fingerprint: Any = None) -> ConfigSpace:
+        """This device's space (the training device's, or `fingerprint`'s) for `workload`."""
+        fp = self.fingerprint if fingerprint is None else fingerprint
+        info: dict[str, Any] = fp if isinstance(fp, dict) else fp.model_dump()
+        cpus, gpus = int(info["logical_cpus"]), len(info["gpus"])
+        key = (workload, cpus, gpus)
+        if key not in self._spaces:
+            tiles = ft.registry_tiles(workload) or self._tiles.get(workload) or (1,)
+            self._spaces[key] = ConfigSpace.for_cpus(cpus, tiles, gpus=gpus)
+        return self._spaces[key]
+
+    def state_features(self, state: State, fingerprint: Any = None) -> npt.NDArray[np.float32]:
+        work, _ = self._work(state.workload, state.size)
+        r = ft.row(
+            work,
+            state.config,
+            self._tiles_of(state.workload),
+            self._machine_for(fingerprint),
+            state.runtime_s,
+            state.throughput,
+        )
+        return ft.as_matrix([r])
+
+    def raw(self, X: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], ...]:
+        """The graph's outputs for state rows X (their BASE columns feed the runtime model and
+        the guard): probabilities, log10 runtime, distance."""
+        X = np.asarray(X, dtype=np.float32)
+        feed = {INPUT: X, CONFIGS: np.ascontiguousarray(X[:, : ft.N_BASE])}
+        return tuple(np.asarray(o) for o in self._session.run(OUTPUTS, feed))
+
+    def _moves(self, space: ConfigSpace, config: Config) -> dict[str, Config]:
+        key = (space, config)
+        found = self._neighbours.get(key)
+        if found is None:
+            if len(self._neighbours) > CACHE_LIMIT:
+                self._neighbours.clear()
+            found = self._neighbours[key] = neighbours(config, space)
+        return found
+
+    def _base_row(self, workload: str, size: int, config: Config) -> list[float]:
+        """BASE features on the training machine (cached: decisions repeat)."""
+        key = (workload, size, config)
+        found = self._base_rows.get(key)
+        if found is None:
+            if len(self._base_rows) > CACHE_LIMIT:
+                self._base_rows.clear()
+            work, _ = self._work(workload, size)
+            found = ft.row(work, config, self._tiles_of(workload), self._machine)[: ft.N_BASE]
+            self._base_rows[key] = found
+        return found
+
+    def _base(self, workload: str, size: int, config: Config, fingerprint: Any) -> list[float]:
+        if fingerprint is None:
+            return self._base_row(workload, size, config)
+        work, _ = self._work(workload, size)
+        machine = ft.machine_vector(fingerprint)
+        return ft.row(work, config, self._tiles_of(workload), machine)[: ft.N_BASE]
+
+    # --- guard ----------------------------------------------------------------------------
+    def _guard(self, workload: str, size: int, fingerprint: Any) -> tuple[list[str], bool]:
+        """Reasons from the size range and the hardware; and whether a distance reason would
+        only repeat them (unknown workload or other hardware already explain a distance)."""
+        reasons = []
+        explained = workload not in self.workloads
+        reason = size_reason(workload, size, self.workloads)
+        if reason:
+            reasons.append(reason)
+        if fingerprint is not None:
+            hw = hardware_reason(self.fingerprint, fingerprint)
+            if hw:
+                reasons.append(hw)
+                explained = True
+        return reasons, explained
+
+    # --- System 2: one move ---------------------------------------------------------------
+    def decide(
+        self,
+        state: State,
+        *,
+        thresholds: Thresholds | None = None,
+        space: ConfigSpace | None = None,
+        fingerprint: Any = None,
+    ) -> Decision:
+        """The next move for `state`, in one forward pass. Row 0 is the state; the other rows
+        are its feasible neighbours (runtime predictions only)."""
+        reasons, explained = self._guard(state.workload, state.size, fingerprint)
+        space = space or self.space_for(state.workload, fingerprint)
+        problem = space.problem(state.config)
+        if problem:
+            reasons.append(f"the configuration is outside this device's space: {problem}")
+        moves = self._moves(space, state.config)
+        w, s = state.workload, state.size
+        base = [self._base(w, s, c, fingerprint) for c in (state.config, *moves.values())]
+        x = [*base[0], *ft.telemetry_vector(state.runtime_s, state.throughput)]
+        feed = {INPUT: ft.as_matrix([x]), CONFIGS: ft.as_matrix(base)}
+        proba, runtime, distance = self._session.run(OUTPUTS, feed)
+        far = distance_reason(float(distance[0]), self.distance_threshold)
+        if far and not explained:
+            reasons.append(far)
+        full = np.zeros(len(ALL_ACTIONS))
+        full[self._class_index] = proba[0]
+        names = [*moves, STOP]
+        p = np.asarray([full[ALL_ACTIONS.index(n)] for n in names], dtype=np.float64)
+        total = float(p.sum())
+        p = p / total if total > 0 else np.full(len(names), 1.0 / len(names))
+        best = int(np.argmax(p))
+        choice, confidence = names[best], float(p[best])
+        mode, why = (thresholds or self.thresholds).mode(confidence, reasons)
+        runtimes = {m: float(10.0 ** runtime[i + 1, 0]) for i, m in enumerate(moves)}
+        runtimes[STOP] = float(10.0 ** runtime[0, 0])
+        return Decision(
+            choice=choice,
+            confidence=min(max(confidence, 0.0), 1.0),
+            mode=mode,
+            reasons=why,
+            alternatives={n: float(v) for n, v in zip(names, p, strict=True)},
+            model_version=self.version,
+            predicted_runtime_s=runtimes[choice],
+            predicted_runtimes_s=runtimes,
+            distance=float(distance[0]),
+            distance_threshold=self.distance_threshold,
+        )
+
+    # --- runtime model / System 1 ---------------------------------------------------------
+    def predict_runtimes(
+        self, workload: str, size: int, configs: list[Config], fingerprint: Any = None
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Predicted runtimes (s) and distances for `configs`, one batched forward pass."""
+        C = ft.as_matrix([self._base(workload, size, c, fingerprint) for c in configs])
+        X = np.zeros((1, ft.N_STATE), dtype=np.float32)  # the move model is not needed here
+        _, runtime, distance = self._session.run(OUTPUTS, {INPUT: X, CONFIGS: C})
+        return 10.0 ** runtime[:, 0].astype(np.float64), distance.astype(np.float64)
+
+    def predict_runtime(self, workload: str, size: int, config: Config) -> float:
+        return float(self.predict_runtimes(workload, size, [config])[0][0])
+
+    def recommend(
+        self,
+        workload: str,
+        size: int,
+        *,
+        thresholds: Thresholds | None = None,
+        space: ConfigSpace | None = None,
+        fingerprint: Any = None,
+    ) -> Recommendation:
+        """System 1: every feasible configuration scored in one forward pass; the fastest wins.
+        confidence: the chance it is truly the fastest, taking the runtime model's
+        leave-one-size-out error as Gaussian noise in log10 runtime."""
+        if size <= 0:
+            raise ValueError(f"size must be a positive integer, not {size}")
+        reasons, explained = self._guard(workload, size, fingerprint)
+        space = space or self.space_for(workload, fingerprint)
+        configs = space.configs()
+        if not configs:
+            raise ValueError(f"no feasible configuration for {workload} on this device")
+        runtimes, distances = self.predict_runtimes(workload, size, configs, fingerprint)
+        order = np.argsort(runtimes, kind="stable")
+        best = int(order[0])
+        far = distance_reason(float(distances[best]), self.distance_threshold)
+        if far and not explained:
+            reasons.append(far)
+        logs = np.log10(runtimes)
+        sigma = max(self._rmse, 1e-6) * math.sqrt(2.0)
+        confidence = 1.0
+        for i in order[1:]:
+            confidence *= _phi(float(logs[i] - logs[best]) / sigma)
+        mode, why = (thresholds or self.thresholds).mode(confidence, reasons)
+        return Recommendation(
+            workload=workload,
+            size=size,
+            config=configs[best],
+            predicted_runtime_s=float(runtimes[best]),
+            confidence=min(max(confidence, 0.0), 1.0),
+            mode=mode,
+            reasons=why,
+            alternatives={configs[i].label(): float(runtimes[i]) for i in order},
+            model_version=self.version,
+        )
+
+    # --- a real run -----------------------------------------------------------------------
+    def observe(
+        self, workload: str, size: int, config: dict[str, Any] | Config, *, repeats: int = 3
+    ) -> State:
+        """Run the job once for real on this machine and return the state with telemetry."""
+        from hpc_ds1.runner import run
+
+        cfg = (
+            config
+            if isinstance(config, Config)
+            else State.model_validate({"workload": workload, "size": size, "config": config}).config
+        )
+        result = run(workload, size, cfg, repeats=repeats)
+        if not result.ok or result.runtime_s is None:
+            raise ObservationFailed(
+                f"{workload} size {size} {cfg.label()} did not run successfully: "
+                f"{result.status.value} {result.error}".strip(),
+                result,
+            )
+        return State(
+            workload=workload,
+            size=size,
+            config=cfg,
+            runtime_s=max(result.runtime_s, 1e-12),
+            throughput=result.throughput,
+        )

@@ -1,0 +1,134 @@
+"""One ONNX file: move model, runtime model and familiarity distance in one graph.
+
+Inputs: `X` [N, STATE_FEATURES] (states, for the move model) and `C` [M, BASE_FEATURES]
+(configurations, for the runtime model and the guard). Outputs: `probabilities` [N, classes],
+`runtime_log10` [M, 1], `distance` [M] (to the nearest training row, standardized BASE space).
+decide() feeds its state as X and the state plus its feasible neighbours as C.
+Metadata (JSON) under the key `hpc_ds1`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, compose, helper, numpy_helper
+
+from hpc_ds1.model.guard import DistanceGuard
+
+OPSET = {"": 17, "ai.onnx.ml": 3}
+METADATA_KEY = "hpc_ds1"
+INPUT = "X"
+CONFIGS = "C"
+PROBABILITIES = "probabilities"
+RUNTIME = "runtime_log10"
+DISTANCE = "distance"
+
+
+def _convert(estimator: Any, n_features: int, classifier: bool) -> onnx.ModelProto:
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+
+    options: dict[Any, Any] | None = None
+    if classifier:
+        options = {id(estimator): {"zipmap": False}}
+        steps = getattr(estimator, "steps", None)
+        if steps:
+            options[id(steps[-1][1])] = {"zipmap": False}
+    return convert_sklearn(
+        estimator,
+        initial_types=[(INPUT, FloatTensorType([None, n_features]))],
+        options=options,
+        target_opset=OPSET,
+    )
+
+
+def _const(name: str, values: Any, dtype: Any = np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(values, dtype=dtype), name=name)
+
+
+def _guard_nodes(guard: DistanceGuard) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    inits = [
+        _const("g_mean", guard.mean[None, :]),
+        _const("g_inv_scale", guard.inv_scale[None, :]),
+        _const("g_matrix", guard.matrix[None, :, :]),  # [1, n, d]
+        _const("g_axis1", [1], np.int64),
+    ]
+    nodes = [
+        helper.make_node("Sub", ["rt_X", "g_mean"], ["g_centered"]),
+        helper.make_node("Mul", ["g_centered", "g_inv_scale"], ["g_z"]),
+        helper.make_node("Unsqueeze", ["g_z", "g_axis1"], ["g_z3"]),  # [N, 1, d]
+        helper.make_node("Sub", ["g_z3", "g_matrix"], ["g_diff"]),  # [N, n, d]
+        helper.make_node("ReduceSumSquare", ["g_diff"], ["g_d2"], axes=[2], keepdims=0),
+        helper.make_node("ReduceMin", ["g_d2"], ["g_min"], axes=[1], keepdims=0),
+        helper.make_node("Sqrt", ["g_min"], [DISTANCE]),
+    ]
+    return nodes, inits
+
+
+def _only_output(model: onnx.ModelProto, name: str) -> onnx.ValueInfoProto:
+    for out in model.graph.output:
+        if out.name == name:
+            return out
+    raise ValueError(f"converted model has no output {name!r}")
+
+
+def build(
+    classifier: Any,
+    regressor: Any,
+    guard: DistanceGuard,
+    n_state: int,
+    n_base: int,
+    metadata: dict[str, Any],
+) -> bytes:
+    clf = compose.add_prefix(_convert(classifier, n_state, True), "mv_")
+    reg = compose.add_prefix(_convert(regressor, n_base, False), "rt_")
+    prob_out = next(o.name for o in clf.graph.output if o.name.endswith("probabilities"))
+    reg_out = reg.graph.output[0].name
+    g_nodes, g_inits = _guard_nodes(guard)
+    nodes = [
+        helper.make_node("Identity", [INPUT], ["mv_X"]),
+        helper.make_node("Identity", [CONFIGS], ["rt_X"]),
+        *clf.graph.node,
+        helper.make_node("Identity", [prob_out], [PROBABILITIES]),
+        *reg.graph.node,
+        helper.make_node("Identity", [reg_out], [RUNTIME]),
+        *g_nodes,
+    ]
+    inits = [
+        *clf.graph.initializer,
+        *reg.graph.initializer,
+        *g_inits,
+    ]
+    n_classes = len(classifier.classes_)
+    graph = helper.make_graph(
+        nodes,
+        "hpc_ds1_model",
+        [
+            helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [None, n_state]),
+            helper.make_tensor_value_info(CONFIGS, TensorProto.FLOAT, [None, n_base]),
+        ],
+        [
+            helper.make_tensor_value_info(PROBABILITIES, TensorProto.FLOAT, [None, n_classes]),
+            helper.make_tensor_value_info(RUNTIME, TensorProto.FLOAT, [None, 1]),
+            helper.make_tensor_value_info(DISTANCE, TensorProto.FLOAT, [None]),
+        ],
+        initializer=inits,
+    )
+    opsets: dict[str, int] = {}
+    for m in (clf, reg):
+        for op in m.opset_import:
+            opsets[op.domain] = max(opsets.get(op.domain, 0), op.version)
+    opsets[""] = max(opsets.get("", 0), OPSET[""])
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
+        producer_name="hpc_ds1",
+    )
+    model.ir_version = min(clf.ir_version, reg.ir_version) or model.ir_version
+    entry = model.metadata_props.add()
+    entry.key = METADATA_KEY
+    entry.value = json.dumps(metadata, sort_keys=True, separators=(",", ":"))
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())

@@ -1,0 +1,345 @@
+"""train(): measurements of one device -> move model, runtime model and guard, as one ONNX file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hpc_ds1.model import estimators as est
+from hpc_ds1.model import features as ft
+from hpc_ds1.model.guard import DISTANCE_MARGIN, DISTANCE_PERCENTILE, DistanceGuard
+from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_outcomes
+from hpc_ds1.model.labels import measured_space as _measured_space
+from hpc_ds1.model.onnx_graph import build
+from hpc_ds1.model.schema import Measurement
+from hpc_ds1.space import ALL_ACTIONS, STOP, neighbours
+
+FORMAT = 1
+DEFAULT_MOVE = "random_forest+sigmoid"
+DEFAULT_RUNTIME = "gradient_boosting"
+Array = npt.NDArray[Any]
+
+
+def content_version(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+class TrainedModel:
+    """The in-memory scikit-learn models, their ONNX file and the training metrics."""
+
+    def __init__(
+        self,
+        move_estimator: Any,
+        runtime_estimator: Any,
+        guard: DistanceGuard,
+        metadata: dict[str, Any],
+        onnx_bytes: bytes,
+        metrics: dict[str, Any],
+    ) -> None:
+        self.move_estimator = move_estimator
+        self.runtime_estimator = runtime_estimator
+        self.guard = guard
+        self.metadata = metadata
+        self.metrics = metrics
+        self._onnx = onnx_bytes
+        self.version = content_version(onnx_bytes)
+
+    def to_onnx(self) -> bytes:
+        return self._onnx
+
+    def save(self, path: str | Path) -> Path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(target.suffix + ".tmp")
+        tmp.write_bytes(self._onnx)
+        tmp.replace(target)
+        return target
+
+    def sklearn_outputs(self, X: Array) -> tuple[Array, Array, Array]:
+        """What the ONNX graph computes, from the scikit-learn objects: probabilities (columns
+        in classes order), log10 runtime, distance."""
+        X = np.asarray(X, dtype=np.float32)
+        proba = np.asarray(self.move_estimator.predict_proba(X))
+        runtime = np.asarray(self.runtime_estimator.predict(X[:, : ft.N_BASE]))
+        return proba, runtime, self.guard.distance(X[:, : ft.N_BASE])
+
+    def load(self) -> Any:
+        from hpc_ds1.model.inference import Model
+
+        return Model.from_onnx(self._onnx)
+
+
+def _coerce(m: Measurement | Mapping[str, Any]) -> Measurement:
+    return m if isinstance(m, Measurement) else Measurement.model_validate(m)
+
+
+class _Rows:
+    """Feature rows for states of one set of outcomes."""
+
+    def __init__(
+        self,
+        outcomes: dict[StateKey, Outcome],
+        machine: list[float],
+        tiles: dict[str, tuple[int, ...]],
+        space_for: SpaceFor | None,
+    ) -> None:
+        self.outcomes = outcomes
+        self.labels = label_outcomes(outcomes, space_for)
+        self.machine = machine
+        self.tiles = tiles
+        self.space_for = space_for
+        self.skipped: set[str] = set()
+
+    def work(self, workload: str, size: int) -> tuple[float, ...] | None:
+        w = ft.registry_work(workload, size)
+        if w is None:
+            self.skipped.add(workload)
+        return w
+
+    def state_row(self, key: StateKey, telemetry: bool) -> list[float] | None:
+        workload, size, config = key
+        w = self.work(workload, size)
+        if w is None:
+            return None
+        o = self.outcomes[key]
+        rt, tp = (o.runtime_s, o.throughput) if telemetry else (None, None)
+        return ft.row(w, config, self.tiles.get(workload), self.machine, rt, tp)
+
+    def classification(self) -> tuple[Array, Array, Array, Array, list[StateKey]]:
+        """X (each state twice: with telemetry, without), y, feasibility mask, has-telemetry."""
+        rows, ys, masks, tele, keys = [], [], [], [], []
+        spaces: dict[str, Any] = {}
+        for key, move in sorted(self.labels.items(), key=lambda kv: _sort_key(kv[0])):
+            workload, _, config = key
+            if workload not in spaces:
+                spaces[workload] = (
+                    self.space_for(workload)
+                    if self.space_for
+                    else _measured_space(self.outcomes, workload)
+                )
+            mask = np.zeros(len(ALL_ACTIONS))
+            for name in (*neighbours(config, spaces[workload]), STOP):
+                mask[ALL_ACTIONS.index(name)] = 1.0
+            for telemetry in (True, False):
+                r = self.state_row(key, telemetry)
+                if r is None:
+                    break
+                rows.append(r)
+                ys.append(ALL_ACTIONS.index(move))
+                masks.append(mask)
+                tele.append(telemetry)
+                keys.append(key)
+        return (
+            ft.as_matrix(rows),
+            np.asarray(ys, dtype=int),
+            np.asarray(masks).reshape(len(masks), len(ALL_ACTIONS)),
+            np.asarray(tele, dtype=bool),
+            keys,
+        )
+
+    def regression(self) -> tuple[Array, Array, list[StateKey]]:
+        rows, ys, keys = [], [], []
+        for key, o in sorted(self.outcomes.items(), key=lambda kv: _sort_key(kv[0])):
+            if not o.ok or o.runtime_s is None:
+                continue
+            r = self.state_row(key, False)
+            if r is None:
+                continue
+            rows.append(r[: ft.N_BASE])
+            ys.append(np.log10(o.runtime_s))
+            keys.append(key)
+        return ft.as_matrix(rows), np.asarray(ys, dtype=np.float64), keys
+
+
+def _sort_key(key: StateKey) -> tuple[str, int, int, int, int, bool]:
+    w, s, c = key
+    return (w, s, c.ranks, c.threads, c.tile, c.gpu)
+
+
+def _size_groups(keys: Sequence[StateKey], sizes: dict[str, list[int]]) -> Array:
+    return np.asarray([sizes[w].index(s) for w, s, _ in keys], dtype=int)
+
+
+def _fit_classifier(name: str, X: Array, y: Array, groups: Array, seed: int) -> Any:
+    model = est.classifier_candidates(seed)[name](groups)
+    return est.fit_quietly(model, X, y)
+
+
+def _held_out_eval(
+    held: list[Measurement],
+    machine: list[float],
+    tiles: dict[str, tuple[int, ...]],
+    space_for: SpaceFor | None,
+    move_model: Any,
+    runtime_model: Any,
+) -> dict[str, Any] | None:
+    """Scores of the final models on the held-out sizes (never used in training)."""
+    if not held:
+        return None
+    outcomes = aggregate(m.model_copy(update={"held_out": False}) for m in held)
+    rows = _Rows(outcomes, machine, tiles, space_for)
+    out: dict[str, Any] = {}
+    X, y, mask, tele, _ = rows.classification()
+    if len(y):
+        proba = est.masked(est.full_proba(move_model, X), mask)
+        out["move"] = est.classification_scores(proba[tele], y[tele])
+        out["move"]["states"] = int(tele.sum())
+        out["move_without_telemetry"] = est.classification_scores(proba[~tele], y[~tele])
+    Xr, yr, keys = rows.regression()
+    if len(yr):
+        pred = np.asarray(runtime_model.predict(Xr))
+        out["runtime"] = est.regression_scores(pred, yr, [(w, s) for w, s, _ in keys])
+    return out
+
+
+def train(
+    measurements: Sequence[Measurement | Mapping[str, Any]],
+    fingerprint: Any,
+    *,
+    seed: int = 0,
+    space_for: SpaceFor | None = None,
+    trained_at: str | None = None,
+    candidates: Sequence[str] | None = None,
+) -> TrainedModel:
+    """Train on the ok, not held-out measurements of one device (`fingerprint`: a Fingerprint).
+
+    Failed runs only make their configuration worse than any ok one in the labels; held-out rows
+    are scored after training (metrics["held_out"]) and never fitted. Neighbours for the labels
+    come from `space_for(workload)` when given, else from the space the measurements span.
+    `candidates` limits the move-model candidates compared (names in
+    estimators.classifier_candidates); all by default."""
+    started = time.perf_counter()
+    ms = [_coerce(m) for m in measurements]
+    fp = (
+        fingerprint.model_dump(mode="json")
+        if hasattr(fingerprint, "model_dump")
+        else dict(fingerprint)
+    )
+    held = [m for m in ms if m.held_out]
+    outcomes = aggregate(ms)
+    machine = ft.machine_vector(fp)
+    measured = sorted({w for (w, _, _), o in outcomes.items() if o.ok})
+    if not measured:
+        raise ValueError("no successful measurements to train on")
+    sizes = {w: sorted({s for (x, s, _) in outcomes if x == w}) for w in measured}
+    tiles = {w: _measured_space(outcomes, w).tiles for w in measured}
+    rows = _Rows(outcomes, machine, tiles, space_for)
+
+    X, y, mask, tele, ckeys = rows.classification()
+    Xr, yr, rkeys = rows.regression()
+    if len(set(y.tolist())) < 2:
+        found = ALL_ACTIONS[int(y[0])] if len(y) else "nothing"
+        raise ValueError(
+            f"the measurements teach only one move ({found}); measure more sizes or "
+            "configurations so that at least two different moves are right somewhere"
+        )
+    groups = _size_groups(ckeys, sizes)
+    rgroups = _size_groups(rkeys, sizes)
+    n_groups = len(np.unique(groups))
+
+    move_metrics: dict[str, Any]
+    runtime_metrics: dict[str, Any]
+    if n_groups >= 2:
+        # CV on the rows with telemetry (the decision path); the final fit adds the same states
+        # without telemetry so that a state with none still gets an answer.
+        move_name, move_cv, oof = est.choose_classifier(
+            X[tele], y[tele], groups[tele], mask[tele], seed, candidates
+        )
+        why = (
+            f"lowest leave-one-size-out log loss ({move_cv[move_name]['log_loss']}) among "
+            f"{len(move_cv)} candidates over {n_groups} folds"
+        )
+        conf, correct = oof.max(axis=1), (oof.argmax(axis=1) == y[tele])
+        move_metrics = {
+            "chosen": move_name,
+            "why": why,
+            "candidates": move_cv,
+            "held_out_size_accuracy": move_cv[move_name]["accuracy"],
+            "calibration": {
+                "ece": move_cv[move_name]["ece"],
+                "table": est.calibration_table(conf, correct.astype(float)),
+            },
+        }
+        rt_name, rt_cv, rt_rmse = est.choose_regressor(
+            Xr, yr, rgroups, [(w, s) for w, s, _ in rkeys], seed
+        )
+        runtime_metrics = {
+            "chosen": rt_name,
+            "why": f"lowest leave-one-size-out RMSE of log10 runtime ({rt_rmse}) among "
+            f"{len(rt_cv)} candidates",
+            "candidates": rt_cv,
+            "rmse_log10": rt_rmse,
+        }
+    else:
+        move_name, rt_name, rt_rmse = DEFAULT_MOVE, DEFAULT_RUNTIME, 0.3
+        note = "only one measured size per workload: no leave-one-size-out CV possible; default"
+        move_metrics = {"chosen": move_name, "why": note, "candidates": {}}
+        runtime_metrics = {"chosen": rt_name, "why": note, "candidates": {}, "rmse_log10": None}
+
+    move_model = _fit_classifier(move_name, X, y, groups, seed)
+    runtime_model = est.regressor_candidates(seed)[rt_name]()
+    runtime_model.fit(Xr, yr)
+    guard = DistanceGuard.fit(Xr)
+
+    label_counts = Counter(ALL_ACTIONS[i] for i in y[tele])
+    flagged = float(np.mean(guard.loo_distances > guard.threshold))
+    metrics: dict[str, Any] = {
+        "counts": {
+            "measurements": len(ms),
+            "held_out_ignored": len(held),
+            "failed_or_wrong": sum(1 for m in ms if not m.held_out and not m.ok),
+            "states": int(tele.sum()),
+            "runtime_rows": len(yr),
+            "labels": dict(sorted(label_counts.items())),
+            "workloads": {w: len(sizes[w]) for w in measured},
+            "skipped_unregistered_workloads": sorted(rows.skipped),
+        },
+        "cv": f"leave-one-size-out: fold k holds out the k-th measured size of every workload "
+        f"({n_groups} folds)",
+        "move_model": move_metrics,
+        "runtime_model": runtime_metrics,
+        "guard": {
+            "distance_threshold": round(guard.threshold, 5),
+            "rule": f"{DISTANCE_PERCENTILE:g}th percentile of leave-one-out nearest-neighbour "
+            f"distances x {DISTANCE_MARGIN:g}",
+            "loo_distance_median": round(float(np.median(guard.loo_distances)), 5),
+            "training_rows_flagged": round(flagged, 5),
+            "training_rows": len(guard.matrix),
+        },
+        "held_out": _held_out_eval(held, machine, tiles, space_for, move_model, runtime_model),
+        "seed": seed,
+    }
+    metadata: dict[str, Any] = {
+        "format": FORMAT,
+        "name": "hpc_ds1-move-runtime-guard",
+        "trained_at": trained_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device_id": fp.get("device_id", ""),
+        "fingerprint": fp,
+        "machine": machine,
+        "features": list(ft.STATE_FEATURES),
+        "n_base": ft.N_BASE,
+        "classes": [ALL_ACTIONS[int(c)] for c in move_model.classes_],
+        "workloads": {
+            w: {"range": [sizes[w][0], sizes[w][-1]], "sizes": sizes[w], "tiles": list(tiles[w])}
+            for w in measured
+        },
+        "unknown_work": [float(v) for v in Xr[:, : ft.N_WORK].mean(axis=0)],
+        "distance_threshold": guard.threshold,
+        "runtime_rmse_log10": rt_rmse,
+        "estimators": {"move": move_name, "runtime": rt_name},
+        "metrics": metrics,
+    }
+    data = build(move_model, runtime_model, guard, ft.N_STATE, ft.N_BASE, metadata)
+    metrics["train_seconds"] = round(time.perf_counter() - started, 3)
+    trained = TrainedModel(move_model, runtime_model, guard, metadata, data, metrics)
+    metrics["version"] = trained.version
+    metrics["onnx_bytes"] = len(data)
+    return trained

@@ -1,0 +1,151 @@
+"""The coordinator's command side: start sessions, and resume every unfinished one at start."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from sqlalchemy import Engine, select
+
+from hpc_ds1.db import tables
+from hpc_ds1.events import SessionStarted, decode, envelope, new_id, typed
+from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.log import get_logger
+from hpc_ds1.requests import StartSessionRequest
+from hpc_ds1.runner import InvalidJob, validate
+from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.space import Config, ConfigSpace
+from hpc_ds1.workloads import UnknownWorkload
+
+from .domain import SessionState, evolve
+from .sessions import SessionRunner
+
+log = get_logger("coordinator")
+
+
+class CommandError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _device(engine: Engine, device_id: str | None) -> tuple[str, dict[str, Any]] | None:
+    t = tables.devices
+    query = select(t.c.device_id, t.c.fingerprint)
+    query = query.where(t.c.device_id == device_id) if device_id else query.where(t.c.local)
+    with engine.connect() as conn:
+        row = conn.execute(query.order_by(t.c.seq.desc())).first()
+    return None if row is None else (row[0], dict(row[1]))
+
+
+class Coordinator:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def spawn(self, session_id: str, owner: str, space: ConfigSpace) -> None:
+        runner = SessionRunner(self.ctx, session_id, owner, space)
+        task = asyncio.create_task(runner.drive(), name=f"session-{session_id}")
+        self.tasks[session_id] = task
+        task.add_done_callback(lambda _: self.tasks.pop(session_id, None))
+
+    async def space_for(self, device_id: str | None, workload: str) -> tuple[str, ConfigSpace]:
+        found = await asyncio.to_thread(_device, self.ctx.engine, device_id)
+        if found is None:
+            raise CommandError(
+                404 if device_id else 409,
+                f"unknown device {device_id}"
+                if device_id
+                else "no device has joined yet: is the agent running?",
+            )
+        try:
+            space = ConfigSpace.for_device(Fingerprint.model_validate(found[1]), workload)
+        except UnknownWorkload as error:
+            raise CommandError(422, str(error)) from None
+        return found[0], space
+
+    async def handle_start(self, msg: Any) -> None:
+        actor = (msg.headers or {}).get("Hpc-Actor", "anonymous")
+        try:
+            request = StartSessionRequest.model_validate_json(msg.data)
+            body: dict[str, Any] = {"ok": True, **await self.start(request, actor)}
+        except ValidationError as error:
+            body = {"ok": False, "status": 422, "error": error.errors(include_url=False)}
+        except CommandError as error:
+            body = {"ok": False, "status": error.status, "error": str(error)}
+        await msg.respond(orjson.dumps(body, default=str))
+
+    async def start(self, request: StartSessionRequest, actor: str) -> dict[str, Any]:
+        device_id, space = await self.space_for(request.device_id, request.workload)
+        if request.start is None:
+            start = space.default()
+        else:
+            start = Config(
+                ranks=request.start.ranks,
+                threads=request.start.threads,
+                tile=request.start.tile or space.default().tile,
+                gpu=request.start.gpu,
+            )
+        try:
+            validate(request.workload, request.size, start, space)
+        except InvalidJob as error:
+            raise CommandError(422, str(error)) from None
+        session_id = request.session_id or new_id()
+        event = SessionStarted(
+            session_id=session_id,
+            device_id=device_id,
+            workload=request.workload,
+            size=request.size,
+            start=start.model_dump(),
+            wait_for_engineer=request.wait_for_engineer,
+        )
+        await self.ctx.bus.publish(
+            envelope(
+                event,
+                actor=actor,
+                source="coordinator",
+                prefix=self.ctx.settings.subject_prefix,
+                correlation_id=session_id,
+            ),
+            expected_version=0,
+        )
+        self.spawn(session_id, actor, space)
+        log.info(
+            "session_started",
+            session_id=session_id,
+            workload=request.workload,
+            size=request.size,
+            start=start.label(),
+            owner=actor,
+        )
+        return {"session_id": session_id, "device_id": device_id, "start": start.model_dump()}
+
+    async def resume_unfinished(self) -> int:
+        """Rebuild every session from the log; drive on those that had not finished."""
+        states: dict[str, SessionState] = {}
+        owners: dict[str, str] = {}
+        async for chunk in self.ctx.bus.replay(1, f"{self.ctx.bus.prefix}.session.>"):
+            for raw in chunk:
+                env = decode(raw.data, raw.subject)
+                event = typed(env)
+                if event is None:
+                    continue
+                sid = env.aggregate_id
+                owners.setdefault(sid, env.actor)
+                states[sid] = evolve(states.get(sid, SessionState()), raw.seq, event)
+        resumed = 0
+        for sid, state in states.items():
+            if state.status == "finished" or sid in self.tasks:
+                continue
+            try:
+                _, space = await self.space_for(state.device_id, state.workload)
+            except CommandError as error:
+                log.error("session_not_resumable", session_id=sid, error=str(error))
+                continue
+            self.spawn(sid, owners[sid], space)
+            resumed += 1
+        if resumed:
+            log.info("sessions_resumed", count=resumed)
+        return resumed

@@ -1,0 +1,166 @@
+"""A tuning session as a pure fold over its events, and the rules that decide its next step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from hpc_ds1.events import (
+    Event,
+    SessionFinished,
+    SessionMoveDecided,
+    SessionMoveResolved,
+    SessionPaused,
+    SessionResumed,
+    SessionStarted,
+    SessionStepRun,
+)
+from hpc_ds1.runner import is_faster
+from hpc_ds1.space import STOP
+
+MAX_MISSES = 2
+
+
+def config_key(config: dict[str, Any]) -> str:
+    return ",".join(f"{k}={config[k]}" for k in sorted(config))
+
+
+@dataclass(frozen=True)
+class PendingMove:
+    step: int
+    move: str
+    decision_id: str
+    mode: str
+    confidence: float
+    approved: bool = False  # auto moves count as approved
+    run: SessionStepRun | None = None  # the step's run, once recorded
+
+
+@dataclass(frozen=True)
+class SessionState:
+    session_id: str = ""
+    device_id: str = ""
+    workload: str = ""
+    size: int = 0
+    start: dict[str, Any] = field(default_factory=dict)
+    status: Literal["new", "running", "paused", "finished"] = "new"
+    version: int = 0  # stream sequence of the session's last event
+    runs: int = 0
+    start_runtime_s: float | None = None
+    best_config: dict[str, Any] | None = None
+    best_runtime_s: float | None = None
+    best_spread: float | None = None
+    misses: int = 0
+    tried: frozenset[tuple[str, str]] = frozenset()  # (config key, move) already proposed
+    pending: PendingMove | None = None
+    awaiting: str | None = None  # approval id while paused
+    finish_reason: str | None = None
+
+    def tried_from_best(self) -> set[str]:
+        key = config_key(self.best_config or {})
+        return {move for k, move in self.tried if k == key}
+
+    @property
+    def speedup(self) -> float | None:
+        if self.start_runtime_s and self.best_runtime_s:
+            return self.start_runtime_s / self.best_runtime_s
+        return None
+
+
+def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
+    """The state after one more event (events of other types leave it as it was)."""
+    state = replace(state, version=seq)
+    if isinstance(event, SessionStarted):
+        return replace(
+            state,
+            session_id=event.session_id,
+            device_id=event.device_id,
+            workload=event.workload,
+            size=event.size,
+            start=event.start,
+            status="running",
+        )
+    if isinstance(event, SessionStepRun):
+        state = replace(state, runs=state.runs + 1)
+        if event.step == 0:
+            ok = event.status == "ok"
+            return replace(
+                state,
+                start_runtime_s=event.runtime_s,
+                best_config=event.config if ok else None,
+                best_runtime_s=event.runtime_s if ok else None,
+                best_spread=event.spread if ok else None,
+            )
+        if state.pending is not None:
+            return replace(state, pending=replace(state.pending, run=event))
+        return state
+    if isinstance(event, SessionMoveDecided):
+        tried = state.tried | {(config_key(event.config), event.move)}
+        pending = PendingMove(
+            event.step,
+            event.move,
+            event.decision_id,
+            event.mode,
+            event.confidence,
+            approved=event.mode == "auto",
+        )
+        return replace(state, tried=tried, pending=pending)
+    if isinstance(event, SessionPaused):
+        return replace(state, status="paused", awaiting=event.approval_id)
+    if isinstance(event, SessionResumed):
+        pending = state.pending
+        if pending is not None and event.approved:
+            pending = replace(pending, approved=True)
+        return replace(state, status="running", awaiting=None, pending=pending)
+    if isinstance(event, SessionMoveResolved):
+        run = state.pending.run if state.pending else None
+        if event.kept:
+            return replace(
+                state,
+                pending=None,
+                misses=0,
+                best_config=event.config,
+                best_runtime_s=event.runtime_s,
+                best_spread=run.spread if run else None,
+            )
+        return replace(state, pending=None, misses=event.misses_in_a_row)
+    if isinstance(event, SessionFinished):
+        return replace(
+            state, status="finished", finish_reason=event.reason, pending=None, awaiting=None
+        )
+    return state
+
+
+def replay(events: list[tuple[int, Event]]) -> SessionState:
+    state = SessionState()
+    for seq, event in events:
+        state = evolve(state, seq, event)
+    return state
+
+
+def resolve(state: SessionState, run: SessionStepRun) -> tuple[bool, int]:
+    """Keep the move when its run is faster than the best by more than the measured noise."""
+    kept = (
+        run.status == "ok"
+        and run.runtime_s is not None
+        and state.best_runtime_s is not None
+        and is_faster(run.runtime_s, run.spread, state.best_runtime_s, state.best_spread)
+    )
+    return kept, 0 if kept else state.misses + 1
+
+
+def choose_move(
+    state: SessionState, choice: str, alternatives: dict[str, float]
+) -> tuple[str, float] | None:
+    """The model's choice unless already tried from the best configuration, else the likeliest
+    untried alternative; None when the model says STOP or nothing untried is left."""
+    tried = state.tried_from_best()
+    if choice == STOP:
+        return None
+    if choice not in tried:
+        return choice, alternatives.get(choice, 0.0)
+    untried = sorted(
+        ((m, p) for m, p in alternatives.items() if m != STOP and m not in tried),
+        key=lambda mp: -mp[1],
+    )
+    return untried[0] if untried else None

@@ -1,0 +1,343 @@
+"""Drives tuning sessions: every step a real run on the device's agent, every move a decision of
+the decision service, every transition an event appended with optimistic concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import orjson
+
+from hpc_ds1.bus import ConcurrencyConflict
+from hpc_ds1.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    SessionFinished,
+    SessionMoveDecided,
+    SessionMoveResolved,
+    SessionPaused,
+    SessionResumed,
+    SessionStepRun,
+    envelope,
+    new_id,
+    typed,
+)
+from hpc_ds1.log import get_logger
+from hpc_ds1.requests import DecideRequest, RunRequest
+from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.space import Config, ConfigSpace, apply_move
+from hpc_ds1.subjects import agent_run_subject, decide_subject
+
+from .domain import MAX_MISSES, SessionState, choose_move, evolve, replay, resolve
+
+log = get_logger("coordinator")
+
+RUN_TIMEOUT_S = 1800.0
+APPROVAL_RECHECK_S = 5.0
+
+
+class SessionLost(Exception):
+    """Another coordinator appended to this session: this one stops driving it."""
+
+
+class SessionRunner:
+    def __init__(self, ctx: ServiceContext, session_id: str, owner: str, space: ConfigSpace):
+        self.ctx = ctx
+        self.session_id = session_id
+        self.owner = owner
+        self.space = space
+        self.state = SessionState()
+
+    async def load(self) -> SessionState:
+        history = await self.ctx.bus.history("session", self.session_id)
+        events = [(seq, typed(env)) for seq, env in history]
+        self.state = replay([(seq, e) for seq, e in events if e is not None])
+        return self.state
+
+    async def append(self, event: Event) -> None:
+        env = envelope(
+            event,
+            actor=self.owner,
+            source="coordinator",
+            prefix=self.ctx.settings.subject_prefix,
+            correlation_id=self.session_id,
+        )
+        try:
+            seq = await self.ctx.bus.publish(env, expected_version=self.state.version)
+        except ConcurrencyConflict:
+            raise SessionLost(self.session_id) from None
+        self.state = evolve(self.state, seq, event)
+
+    async def drive(self) -> None:
+        """Run the session from wherever its log says it is, until it finishes."""
+        await self.load()
+        try:
+            while self.state.status != "finished" and not self.ctx.stop.is_set():
+                await self.step()
+        except SessionLost:
+            log.warning("session_taken_over", session_id=self.session_id)
+        except Exception as error:
+            log.error("session_failed", session_id=self.session_id, error=repr(error))
+            with contextlib.suppress(SessionLost):
+                await self.finish("failed", f"{type(error).__name__}: {error}")
+
+    async def step(self) -> None:
+        s = self.state
+        if s.runs == 0:
+            await self.run_baseline()
+        elif s.awaiting is not None:
+            await self.wait_for_approval(s.awaiting)
+        elif s.pending is not None and s.pending.run is not None:
+            await self.resolve_pending()
+        elif s.pending is not None and s.pending.approved:
+            await self.run_pending()
+        elif s.pending is not None:
+            await self.request_approval()
+        else:
+            await self.decide_next()
+
+    async def run_baseline(self) -> None:
+        config = Config.model_validate(self.state.start)
+        result, measurement_id = await self.run_on_agent(config)
+        await self.append(
+            SessionStepRun(
+                session_id=self.session_id,
+                step=0,
+                config=config.model_dump(),
+                status=result["status"],
+                runtime_s=result.get("runtime_s"),
+                spread=result.get("spread"),
+                measurement_id=measurement_id,
+            )
+        )
+        if result["status"] != "ok":
+            await self.finish(
+                "failed",
+                f"the start configuration {config.label()} ended "
+                f"{result['status']}: {result.get('error') or ''}".strip(),
+            )
+
+    async def decide_next(self) -> None:
+        s = self.state
+        assert s.best_config is not None and s.best_runtime_s is not None
+        decision = await self.ask_decision(Config.model_validate(s.best_config), s.best_runtime_s)
+        picked = choose_move(s, decision["choice"], decision.get("alternatives", {}))
+        if picked is None:
+            if decision["choice"] == "STOP":
+                await self.finish("stop", f"the model says STOP ({decision['confidence']:.2f})")
+            else:
+                await self.finish("no_moves", "every move from the best configuration was tried")
+            return
+        move, confidence = picked
+        own_choice = move == decision["choice"]
+        mode = decision["mode"] if own_choice else _mode_for(confidence, self.ctx)
+        reasons = list(decision.get("reasons", []))
+        if not own_choice:
+            reasons.append(
+                f"the model's first choice {decision['choice']} was already tried "
+                f"from this configuration"
+            )
+            if decision["mode"] == "escalate":
+                mode = "escalate"
+        await self.append(
+            SessionMoveDecided(
+                session_id=self.session_id,
+                step=s.runs,
+                decision_id=decision["decision_id"],
+                move=move,
+                confidence=confidence,
+                mode=mode,
+                reasons=reasons,
+                config=s.best_config,
+            )
+        )
+
+    async def request_approval(self) -> None:
+        s = self.state
+        assert s.pending is not None and s.best_config is not None
+        approval_id = new_id()
+        decided = await self.decided_event(s.pending.step)
+        await self.ctx.bus.publish(
+            envelope(
+                ApprovalRequested(
+                    approval_id=approval_id,
+                    session_id=self.session_id,
+                    decision_id=s.pending.decision_id,
+                    device_id=s.device_id,
+                    workload=s.workload,
+                    size=s.size,
+                    config=s.best_config,
+                    move=s.pending.move,
+                    confidence=s.pending.confidence,
+                    mode=decided.mode if decided else "confirm",
+                    reasons=decided.reasons if decided else [],
+                ),
+                actor=self.owner,
+                source="coordinator",
+                prefix=self.ctx.settings.subject_prefix,
+                correlation_id=self.session_id,
+            )
+        )
+        await self.append(
+            SessionPaused(session_id=self.session_id, step=s.pending.step, approval_id=approval_id)
+        )
+
+    async def decided_event(self, step: int) -> SessionMoveDecided | None:
+        for _, env in reversed(await self.ctx.bus.history("session", self.session_id)):
+            event = typed(env)
+            if isinstance(event, SessionMoveDecided) and event.step == step:
+                return event
+        return None
+
+    async def wait_for_approval(self, approval_id: str) -> None:
+        verdict = await self.approval_verdict(approval_id)
+        if verdict is None:
+            return
+        await self.append(
+            SessionResumed(
+                session_id=self.session_id, approval_id=approval_id, approved=verdict.approved
+            )
+        )
+        if not verdict.approved:
+            move = self.state.pending.move if self.state.pending else "the move"
+            note = f": {verdict.note}" if verdict.note else ""
+            await self.finish("rejected", f"{verdict.by} rejected {move}{note}")
+
+    async def approval_verdict(self, approval_id: str) -> ApprovalDecided | None:
+        """The verdict from the log; waits for one (a live subscription, re-checked now and
+        then so that a verdict published while nobody listened is still seen)."""
+        arrived = asyncio.Event()
+
+        async def wake(_: Any) -> None:
+            arrived.set()
+
+        subject = f"{self.ctx.settings.subject_prefix}.approval.{approval_id}.decided"
+        sub = await self.ctx.bus.nc.subscribe(subject, cb=wake)
+        try:
+            while not self.ctx.stop.is_set():
+                for _, env in await self.ctx.bus.history("approval", approval_id):
+                    event = typed(env)
+                    if isinstance(event, ApprovalDecided):
+                        return event
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(arrived.wait(), APPROVAL_RECHECK_S)
+                arrived.clear()
+        finally:
+            await sub.unsubscribe()
+        return None
+
+    async def run_pending(self) -> None:
+        s = self.state
+        assert s.pending is not None and s.best_config is not None
+        current = Config.model_validate(s.best_config)
+        target = apply_move(current, s.pending.move, self.space)
+        if target is None:
+            await self.append(
+                SessionStepRun(
+                    session_id=self.session_id,
+                    step=s.pending.step,
+                    move=s.pending.move,
+                    config=current.model_dump(),
+                    status="failed",
+                )
+            )
+            return
+        result, measurement_id = await self.run_on_agent(target)
+        await self.append(
+            SessionStepRun(
+                session_id=self.session_id,
+                step=s.pending.step,
+                move=s.pending.move,
+                config=target.model_dump(),
+                status=result["status"],
+                runtime_s=result.get("runtime_s"),
+                spread=result.get("spread"),
+                measurement_id=measurement_id,
+            )
+        )
+
+    async def resolve_pending(self) -> None:
+        s = self.state
+        assert s.pending is not None and s.pending.run is not None
+        run = s.pending.run
+        kept, misses = resolve(s, run)
+        await self.append(
+            SessionMoveResolved(
+                session_id=self.session_id,
+                step=s.pending.step,
+                move=s.pending.move,
+                kept=kept,
+                config=run.config,
+                runtime_s=run.runtime_s,
+                best_runtime_s=s.best_runtime_s,
+                misses_in_a_row=misses,
+            )
+        )
+        if misses >= MAX_MISSES:
+            await self.finish("two_misses", f"{MAX_MISSES} moves in a row were not faster")
+
+    async def finish(self, reason: str, detail: str) -> None:
+        s = self.state
+        await self.append(
+            SessionFinished(
+                session_id=self.session_id,
+                reason=reason,  # type: ignore[arg-type]
+                detail=detail,
+                best_config=s.best_config,
+                best_runtime_s=s.best_runtime_s,
+                start_runtime_s=s.start_runtime_s,
+                speedup=s.speedup,
+                real_runs=s.runs,
+            )
+        )
+
+    async def run_on_agent(self, config: Config) -> tuple[dict[str, Any], str | None]:
+        ask = RunRequest(
+            workload=self.state.workload,
+            size=self.state.size,
+            config=config.model_dump(),
+            purpose="tune",
+            actor=self.owner,
+        )
+        reply = await self.ctx.bus.nc.request(
+            agent_run_subject(self.ctx.settings, self.state.device_id),
+            ask.model_dump_json().encode(),
+            timeout=RUN_TIMEOUT_S,
+        )
+        body = orjson.loads(reply.data)
+        if not body.get("ok"):
+            return {"status": "failed", "error": body.get("error")}, None
+        result: dict[str, Any] = body["result"]
+        return result, body.get("measurement_id")
+
+    async def ask_decision(self, config: Config, runtime_s: float) -> dict[str, Any]:
+        request = DecideRequest.model_validate(
+            {
+                "workload": self.state.workload,
+                "size": self.state.size,
+                "config": config.model_dump(),
+                "telemetry": {"runtime_s": runtime_s},
+                "device_id": self.state.device_id,
+                "source": "session",
+                "session_id": self.session_id,
+            }
+        )
+        reply = await self.ctx.bus.nc.request(
+            decide_subject(self.ctx.settings),
+            request.model_dump_json().encode(),
+            timeout=30.0,
+            headers={"Hpc-Actor": self.owner},
+        )
+        body = orjson.loads(reply.data)
+        if not body.get("ok"):
+            raise RuntimeError(f"the decision service refused: {body.get('error')}")
+        decision: dict[str, Any] = body["decision"]
+        return decision
+
+
+def _mode_for(confidence: float, ctx: ServiceContext) -> str:
+    if confidence >= ctx.settings.auto_threshold:
+        return "auto"
+    return "confirm" if confidence >= ctx.settings.escalate_threshold else "escalate"
