@@ -15,11 +15,14 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from hpc_ds1 import log
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, normalize_url, upgrade
 from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.infra.postgres import EmbeddedPostgres
 from hpc_ds1.settings import Settings
+
+log.configure("info", json=True)
 
 
 @pytest.fixture(scope="session")

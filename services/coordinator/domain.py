@@ -33,6 +33,7 @@ class PendingMove:
     mode: str
     confidence: float
     approved: bool = False  # auto moves count as approved
+    rejected: bool = False
     run: SessionStepRun | None = None  # the step's run, once recorded
 
 
@@ -111,6 +112,10 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
         pending = state.pending
         if pending is not None and event.approved:
             pending = replace(pending, approved=True)
+        elif pending is not None and pending.move == STOP:
+            pending = None  # the engineer wants to go on: STOP stays tried from here
+        elif pending is not None:
+            pending = replace(pending, rejected=True)
         return replace(state, status="running", awaiting=None, pending=pending)
     if isinstance(event, SessionMoveResolved):
         run = state.pending.run if state.pending else None
@@ -152,11 +157,9 @@ def resolve(state: SessionState, run: SessionStepRun) -> tuple[bool, int]:
 def choose_move(
     state: SessionState, choice: str, alternatives: dict[str, float]
 ) -> tuple[str, float] | None:
-    """The model's choice unless already tried from the best configuration, else the likeliest
-    untried alternative; None when the model says STOP or nothing untried is left."""
+    """The model's choice (STOP included) unless already proposed from the best configuration,
+    else the likeliest untried move; None when nothing untried is left."""
     tried = state.tried_from_best()
-    if choice == STOP:
-        return None
     if choice not in tried:
         return choice, alternatives.get(choice, 0.0)
     untried = sorted(

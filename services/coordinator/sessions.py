@@ -27,7 +27,7 @@ from hpc_ds1.events import (
 from hpc_ds1.log import get_logger
 from hpc_ds1.requests import DecideRequest, RunRequest
 from hpc_ds1.runtime import ServiceContext
-from hpc_ds1.space import Config, ConfigSpace, apply_move
+from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
 from hpc_ds1.subjects import agent_run_subject, decide_subject
 
 from .domain import MAX_MISSES, SessionState, choose_move, evolve, replay, resolve
@@ -91,6 +91,10 @@ class SessionRunner:
             await self.wait_for_approval(s.awaiting)
         elif s.pending is not None and s.pending.run is not None:
             await self.resolve_pending()
+        elif s.pending is not None and s.pending.rejected:
+            await self.finish("rejected", f"the engineer rejected {s.pending.move}")
+        elif s.pending is not None and s.pending.approved and s.pending.move == STOP:
+            await self.finish("stop", f"STOP ({s.pending.confidence:.2f}) confirmed by an engineer")
         elif s.pending is not None and s.pending.approved:
             await self.run_pending()
         elif s.pending is not None:
@@ -125,12 +129,12 @@ class SessionRunner:
         decision = await self.ask_decision(Config.model_validate(s.best_config), s.best_runtime_s)
         picked = choose_move(s, decision["choice"], decision.get("alternatives", {}))
         if picked is None:
-            if decision["choice"] == "STOP":
-                await self.finish("stop", f"the model says STOP ({decision['confidence']:.2f})")
-            else:
-                await self.finish("no_moves", "every move from the best configuration was tried")
+            await self.finish("no_moves", "every move from the best configuration was tried")
             return
         move, confidence = picked
+        if move == STOP and decision["mode"] == "auto":
+            await self.finish("stop", f"the model says STOP ({confidence:.2f})")
+            return
         own_choice = move == decision["choice"]
         mode = decision["mode"] if own_choice else _mode_for(confidence, self.ctx)
         reasons = list(decision.get("reasons", []))
@@ -200,10 +204,9 @@ class SessionRunner:
                 session_id=self.session_id, approval_id=approval_id, approved=verdict.approved
             )
         )
-        if not verdict.approved:
-            move = self.state.pending.move if self.state.pending else "the move"
+        if self.state.pending is not None and self.state.pending.rejected:
             note = f": {verdict.note}" if verdict.note else ""
-            await self.finish("rejected", f"{verdict.by} rejected {move}{note}")
+            await self.finish("rejected", f"{verdict.by} rejected {self.state.pending.move}{note}")
 
     async def approval_verdict(self, approval_id: str) -> ApprovalDecided | None:
         """The verdict from the log; waits for one (a live subscription, re-checked now and

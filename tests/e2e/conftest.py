@@ -21,7 +21,7 @@ from hpc_ds1.stack import open_stack
 from hpc_ds1.subjects import train_subject
 from hpc_ds1.workloads import get_workload
 
-TINY_SIZES = {"gemm": [48, 64, 96], "montecarlo": [20_000, 40_000]}
+TINY_SIZES = {"gemm": [192, 288, 384], "montecarlo": [200_000, 400_000]}
 
 
 @pytest.fixture(scope="package")

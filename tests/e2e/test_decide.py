@@ -48,13 +48,13 @@ async def test_python_nats_http_and_cli_give_the_same_decision(
     model = hpc_ds1.load(trained["home"])
     assert model.version == trained["version"]
     local = model.decide(
-        State(workload="gemm", size=64, config=config, runtime_s=runtime),
+        State(workload="gemm", size=288, config=config, runtime_s=runtime),
         space=ConfigSpace.for_device(workload="gemm"),
         fingerprint=fingerprint(),
     )
     body = {
         "workload": "gemm",
-        "size": 64,
+        "size": 288,
         "config": {"ranks": 1, "threads": 1, "tile": 32},
         "telemetry": {"runtime_s": runtime},
     }
@@ -78,7 +78,7 @@ async def test_python_nats_http_and_cli_give_the_same_decision(
             "--workload",
             "gemm",
             "--size",
-            "64",
+            "288",
             "--ranks",
             "1",
             "--threads",
@@ -124,7 +124,7 @@ async def test_without_telemetry_the_job_runs_first_for_real(
                 f"http://127.0.0.1:{settings.port}/v1/decide",
                 json={
                     "workload": "montecarlo",
-                    "size": 20_000,
+                    "size": 200_000,
                     "config": {"ranks": 2, "threads": 1},
                 },
             )
@@ -180,7 +180,7 @@ async def test_the_guard_and_bad_input(e2e_settings: Settings, trained: dict) ->
                     url,
                     json={
                         "workload": "gemm",
-                        "size": 64,
+                        "size": 288,
                         "config": {"ranks": 2, "threads": 4},
                         "telemetry": telemetry,
                     },
@@ -190,14 +190,14 @@ async def test_the_guard_and_bad_input(e2e_settings: Settings, trained: dict) ->
                 url,
                 json={
                     "workload": "gemm",
-                    "size": 64,
+                    "size": 288,
                     "config": {"ranks": 3, "threads": 1},
                     "telemetry": telemetry,
                 },
             )
             nan = await http.post(
                 url,
-                content=b'{"workload": "gemm", "size": 64, "config": '
+                content=b'{"workload": "gemm", "size": 288, "config": '
                 b'{"ranks": 1, "threads": 1}, "telemetry": {"runtime_s": NaN}}',
                 headers={"Content-Type": "application/json"},
             )
@@ -205,7 +205,7 @@ async def test_the_guard_and_bad_input(e2e_settings: Settings, trained: dict) ->
                 url,
                 json={
                     "workload": "gemm",
-                    "size": 64,
+                    "size": 288,
                     "config": {"ranks": 1, "threads": 1, "nodes": 2},
                 },
             )
@@ -215,7 +215,7 @@ async def test_the_guard_and_bad_input(e2e_settings: Settings, trained: dict) ->
     assert unknown["mode"] == "escalate"
     assert any("'spmv' was never measured on this machine" in r for r in unknown["reasons"])
     assert too_big["mode"] == "escalate"
-    assert any("outside the measured range 48" in r for r in too_big["reasons"])
+    assert any("outside the measured range 192" in r for r in too_big["reasons"])
     assert oversubscribed["mode"] == "escalate"
     assert any("outside the space measured" in r for r in oversubscribed["reasons"])
     assert infeasible.status_code == 422 and "ranks=3 is not accepted" in infeasible.text

@@ -191,9 +191,23 @@ def choose_classifier(
     if unknown:
         raise ValueError(f"unknown candidates {unknown}; known: {sorted(candidates)}")
     for name in names or candidates:
-        results[name], oofs[name] = cv_classifier(candidates[name], X, y, groups, mask)
-    best = min(results, key=lambda n: (results[n]["log_loss"], -results[n]["accuracy"]))
+        try:
+            results[name], oofs[name] = cv_classifier(candidates[name], X, y, groups, mask)
+        except ValueError as error:
+            # e.g. sigmoid calibration when an inner fold lacks some moves: that candidate
+            # cannot be fitted on this data; the others still compete.
+            results[name] = {"failed": str(error)}
+    fitted = [n for n in results if "failed" not in results[n]]
+    if not fitted:
+        raise ValueError(f"no move-model candidate could be fitted: {results}")
+    best = min(fitted, key=lambda n: (results[n]["log_loss"], -results[n]["accuracy"]))
     return best, results, oofs[best]
+
+
+def ranked(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Fitted candidates, best first (the fallback order for the final fit)."""
+    fitted = [n for n in results if "failed" not in results[n]]
+    return sorted(fitted, key=lambda n: (results[n]["log_loss"], -results[n]["accuracy"]))
 
 
 def regression_scores(

@@ -296,15 +296,26 @@ class Model:
     def observe(
         self, workload: str, size: int, config: dict[str, Any] | Config, *, repeats: int = 3
     ) -> State:
-        """Run the job once for real on this machine and return the state with telemetry."""
+        """Run the job once for real on this machine and return the state with telemetry.
+        `tile` defaults to the workload's default; the configuration may be the user's own,
+        oversubscribed one (the runnable space), so a decision can lead back from it."""
+        from hpc_ds1.devicelock import device_lock
         from hpc_ds1.runner import run
+        from hpc_ds1.settings import Settings
+        from hpc_ds1.space import ConfigSpace
+        from hpc_ds1.workloads import get_workload
 
-        cfg = (
-            config
-            if isinstance(config, Config)
-            else State.model_validate({"workload": workload, "size": size, "config": config}).config
-        )
-        result = run(workload, size, cfg, repeats=repeats)
+        if isinstance(config, Config):
+            cfg = config
+        else:
+            values = dict(config)
+            values.setdefault("tile", get_workload(workload).default_tile)
+            cfg = State.model_validate(
+                {"workload": workload, "size": size, "config": values}
+            ).config
+        space = ConfigSpace.for_device(workload=workload).runnable()
+        with device_lock(Settings().home):
+            result = run(workload, size, cfg, repeats=repeats, space=space)
         if not result.ok or result.runtime_s is None:
             raise ObservationFailed(
                 f"{workload} size {size} {cfg.label()} did not run successfully: "

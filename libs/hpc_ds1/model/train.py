@@ -168,6 +168,16 @@ def _size_groups(keys: Sequence[StateKey], sizes: dict[str, list[int]]) -> Array
     return np.asarray([sizes[w].index(s) for w, s, _ in keys], dtype=int)
 
 
+def _single_threaded(model: Any) -> Any:
+    """Fitted with 2 jobs; predicting one row is faster without a thread pool."""
+    inner = [c.estimator for c in getattr(model, "calibrated_classifiers_", [])]
+    for m in (model, *inner):
+        keys = [k for k in m.get_params() if k == "n_jobs" or k.endswith("__n_jobs")]
+        if keys:
+            m.set_params(**dict.fromkeys(keys, 1))
+    return model
+
+
 def _fit_classifier(name: str, X: Array, y: Array, groups: Array, seed: int) -> Any:
     model = est.classifier_candidates(seed)[name](groups)
     return est.fit_quietly(model, X, y)
@@ -284,10 +294,25 @@ def train(
         move_metrics = {"chosen": move_name, "why": note, "candidates": {}}
         runtime_metrics = {"chosen": rt_name, "why": note, "candidates": {}, "rmse_log10": None}
 
-    move_model = _fit_classifier(move_name, X, y, groups, seed)
+    order = [move_name] + [n for n in est.ranked(move_metrics["candidates"]) if n != move_name]
+    move_model = None
+    for name in order:
+        try:
+            move_model = _fit_classifier(name, X, y, groups, seed)
+        except ValueError as error:
+            move_metrics.setdefault("final_fit_failed", {})[name] = str(error)
+            continue
+        if name != move_name:
+            move_metrics["chosen"] = name
+            move_metrics["why"] += f"; {move_name} could not be fitted on all the data"
+            move_name = name
+        break
+    if move_model is None:
+        raise ValueError(f"no move model could be fitted: {move_metrics.get('final_fit_failed')}")
     runtime_model = est.regressor_candidates(seed)[rt_name]()
     runtime_model.fit(Xr, yr)
     guard = DistanceGuard.fit(Xr)
+    move_model, runtime_model = _single_threaded(move_model), _single_threaded(runtime_model)
 
     label_counts = Counter(ALL_ACTIONS[i] for i in y[tele])
     flagged = float(np.mean(guard.loo_distances > guard.threshold))

@@ -92,8 +92,8 @@ def test_misses_count_in_a_row_and_a_kept_move_resets_them() -> None:
         "TILE_UP",
         0.2,
     )
-    assert choose_move(state, "STOP", {"STOP": 0.9}) is None
-    assert choose_move(state, "THREADS_UP", {"THREADS_UP": 1.0, "STOP": 0.0}) is None
+    assert choose_move(state, "STOP", {"STOP": 0.9}) == ("STOP", 0.9)
+    assert choose_move(state, "THREADS_UP", {"THREADS_UP": 1.0}) is None
 
 
 def test_a_paused_session_waits_and_resumes_with_the_approved_move() -> None:
@@ -109,6 +109,27 @@ def test_a_paused_session_waits_and_resumes_with_the_approved_move() -> None:
     resumed = replay(events)
     assert resumed.status == "running" and resumed.pending is not None
     assert resumed.pending.approved and resumed.awaiting is None
+
+
+def test_rejecting_a_doubtful_stop_goes_on_and_rejecting_a_move_ends() -> None:
+    stop = [
+        *started(),
+        (3, decided(1, "STOP", mode="confirm")),
+        (4, SessionPaused(session_id="s", step=1, approval_id="a1")),
+        (5, SessionResumed(session_id="s", approval_id="a1", approved=False)),
+    ]
+    state = replay(stop)
+    assert state.pending is None and state.status == "running"
+    # STOP was proposed from here: the next proposal is a move.
+    assert choose_move(state, "STOP", {"STOP": 0.6, "TILE_UP": 0.3}) == ("TILE_UP", 0.3)
+    move = [
+        *started(),
+        (3, decided(1, "TILE_UP", mode="confirm")),
+        (4, SessionPaused(session_id="s", step=1, approval_id="a1")),
+        (5, SessionResumed(session_id="s", approval_id="a1", approved=False)),
+    ]
+    rejected = replay(move)
+    assert rejected.pending is not None and rejected.pending.rejected
 
 
 def test_a_finished_session_keeps_its_best() -> None:

@@ -1,0 +1,135 @@
+"""POST /v1/decide over loopback, through the gateway and the decision service (NATS), with
+telemetry given (one forward pass, nothing runs). Run: `python benchmarks/bench_decide_http.py`.
+
+It starts the whole stack on embedded NATS and Postgres in a fresh temporary home, measures a
+tiny real setup (gemm and montecarlo at small sizes) and trains the model, then:
+  latency     one client, requests one after another: p50/p99 over N requests;
+  throughput  C concurrent clients (httpx, keep-alive) for N requests: requests/s, p50/p99.
+Every request is a real decision: a decision event is appended to the log for each one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+from hpc_ds1.hardware import fingerprint
+from hpc_ds1.infra.ports import free_port
+from hpc_ds1.settings import Settings
+from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
+from hpc_ds1.space import ConfigSpace
+from hpc_ds1.stack import open_stack
+from hpc_ds1.subjects import train_subject
+from hpc_ds1.workloads import get_workload
+
+BODY = {
+    "workload": "gemm",
+    "size": 64,
+    "config": {"ranks": 1, "threads": 2, "tile": 32},
+    "telemetry": {"runtime_s": 0.004},
+}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))]
+
+
+async def prepare(settings: Settings) -> None:
+    fp = fingerprint()
+    chunks = []
+    for name, sizes in {"gemm": [48, 64, 96], "montecarlo": [20_000, 40_000]}.items():
+        wl = get_workload(name)
+        chunks += plan_jobs([wl], {name: ConfigSpace.for_device(fp, wl)}, PROFILES["quick"], sizes)
+    async with open_stack(settings, ("projector", "agent", "trainer"), "bench") as stack:
+        device = await stack.local_device()
+        await Campaign(stack, device).run(chunks, lambda *_: None)
+        await stack.caught_up()
+        reply = await stack.bus.nc.request(
+            train_subject(settings), orjson.dumps({"device_id": device}), timeout=900
+        )
+        answer = orjson.loads(reply.data)
+        if not answer.get("ok"):
+            raise SystemExit(f"training failed: {answer.get('error')}")
+
+
+async def measure(url: str, n: int, clients: int) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    queue = iter(range(n))
+
+    async def client(http: httpx.AsyncClient) -> None:
+        for _ in queue:
+            started = time.perf_counter()
+            reply = await http.post("/v1/decide", json=BODY)
+            latencies.append(time.perf_counter() - started)
+            if reply.status_code != 200:
+                raise SystemExit(f"decide answered {reply.status_code}: {reply.text}")
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
+        for _ in range(50):  # warm-up: connections, model load, caches
+            await http.post("/v1/decide", json=BODY)
+        started = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    return latencies, elapsed
+
+
+async def main(n: int) -> None:
+    home = Path(tempfile.mkdtemp(prefix="hpcds1-bench-decide-"))
+    settings = Settings(home=home, port=free_port(), log_level="warning")
+    print(f"preparing: tiny real setup + training in {home} ...", flush=True)
+    started = time.perf_counter()
+    await prepare(settings)
+    print(f"  ready in {time.perf_counter() - started:.0f} s", flush=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+    env.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(settings.port), HPC_DS1_LOG_LEVEL="warning")
+    serve = subprocess.Popen(
+        [str(Path(sys.executable).parent / "hpc-ds1"), "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{settings.port}"
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            while (await _ready(http)) is False:
+                if serve.poll() is not None:
+                    raise SystemExit("hpc-ds1 serve exited")
+                await asyncio.sleep(0.2)
+        one, _ = await measure(url, n, 1)
+        many, elapsed = await measure(url, n, 8)
+    finally:
+        serve.terminate()
+        serve.wait(60)
+    print(
+        f"POST /v1/decide with telemetry over loopback to `hpc-ds1 serve` (gateway -> NATS -> "
+        f"decision service -> decision event), {n} requests each"
+    )
+    print(
+        f"  1 client : p50 {1000 * statistics.median(one):.2f} ms  "
+        f"p99 {1000 * percentile(one, 0.99):.2f} ms  ({n / sum(one):.0f} requests/s)"
+    )
+    print(
+        f"  8 clients: p50 {1000 * statistics.median(many):.2f} ms  "
+        f"p99 {1000 * percentile(many, 0.99):.2f} ms  {n / elapsed:.0f} requests/s"
+    )
+
+
+async def _ready(http: httpx.AsyncClient) -> bool:
+    try:
+        return (await http.get("/readyz")).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000))

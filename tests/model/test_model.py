@@ -1,0 +1,227 @@
+"""A model trained on real tiny measurements: ONNX equals scikit-learn, the guard escalates with
+the right reason, thresholds map to modes, infeasible moves are never chosen."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.model import (
+    Measurement,
+    Model,
+    State,
+    Thresholds,
+    TrainedModel,
+    aggregate,
+    label_moves,
+)
+from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
+
+from .conftest import TINY
+
+
+def training_states(measurements: list[Measurement]) -> list[State]:
+    out = []
+    for (w, s, c), o in sorted(aggregate(measurements).items(), key=lambda kv: str(kv[0])):
+        if o.ok:
+            out.append(
+                State(workload=w, size=s, config=c, runtime_s=o.runtime_s, throughput=o.throughput)
+            )
+    return out
+
+
+def test_measurements_are_real_and_teach_several_moves(measurements: list[Measurement]) -> None:
+    assert sum(m.ok for m in measurements) >= 0.9 * len(measurements)
+    assert len(set(label_moves(measurements).values())) >= 2
+
+
+def test_onnx_equals_scikit_learn(
+    trained: TrainedModel, model: Model, measurements: list[Measurement]
+) -> None:
+    states = training_states(measurements)
+    bare = [s.model_copy(update={"runtime_s": None, "throughput": None}) for s in states]
+    X = np.vstack([model.state_features(s) for s in [*states, *bare]])
+    proba, runtime, distance = model.raw(X)
+    sk_proba, sk_runtime, sk_distance = trained.sklearn_outputs(X)
+    assert proba.shape == sk_proba.shape
+    assert np.abs(proba - sk_proba).max() < 1e-5
+    assert np.abs(runtime[:, 0] - sk_runtime).max() < 1e-4  # log10 seconds
+    assert np.abs(distance - sk_distance).max() < 1e-3
+    assert distance[: len(states)].max() < 1e-3  # training states are in the training data
+
+
+def test_decision_follows_scikit_learn(
+    trained: TrainedModel, model: Model, measurements: list[Measurement]
+) -> None:
+    for state in training_states(measurements)[::7]:
+        d = model.decide(state)
+        sk = trained.sklearn_outputs(model.state_features(state))[0][0]
+        full = dict.fromkeys(ALL_ACTIONS, 0.0)
+        for name, p in zip(trained.metadata["classes"], sk, strict=True):
+            full[name] = float(p)
+        feasible = [*neighbours(state.config, model.space_for(state.workload)), STOP]
+        total = sum(full[n] for n in feasible)
+        for n in feasible:
+            assert d.alternatives[n] == pytest.approx(full[n] / total, abs=1e-5)
+        assert d.confidence == pytest.approx(max(d.alternatives.values()))
+
+
+def test_version_is_content_hash(trained: TrainedModel, model: Model) -> None:
+    data = trained.to_onnx()
+    assert trained.version == hashlib.sha256(data).hexdigest()[:16] == model.version
+    assert model.decide(State(workload="gemm", size=64, config=Config(ranks=1, threads=1, tile=32)))
+    assert model.workloads == {w: (min(s), max(s)) for w, s in TINY.items()}  # held-out ignored
+
+
+def test_metrics(trained: TrainedModel) -> None:
+    m = trained.metrics
+    assert m["move_model"]["chosen"] in m["move_model"]["candidates"]
+    assert len(m["move_model"]["candidates"]) >= 4
+    assert "log loss" in m["move_model"]["why"]
+    assert 0 <= m["move_model"]["held_out_size_accuracy"] <= 1
+    assert m["move_model"]["calibration"]["table"]
+    assert m["runtime_model"]["chosen"] in m["runtime_model"]["candidates"]
+    assert m["guard"]["distance_threshold"] > 0
+    assert m["counts"]["held_out_ignored"] == len(ConfigSpace.for_device(workload="gemm").configs())
+    assert m["held_out"]["move"]["states"] > 0  # the held-out size is scored, never fitted
+    assert m["counts"]["states"] > 0
+
+
+def familiar(model: Model) -> State:
+    return State(
+        workload="gemm", size=64, config=Config(ranks=2, threads=1, tile=64), runtime_s=0.01
+    )
+
+
+def test_unknown_and_unmeasured_workloads_escalate(model: Model) -> None:
+    for name in ("spmv", "nbody"):  # not registered; registered but never measured
+        d = model.decide(
+            State(workload=name, size=1000, config=Config(ranks=1, threads=1, tile=64))
+        )
+        assert d.mode == "escalate"
+        assert f"workload {name!r} was never measured on this machine" in d.reasons
+        assert d.choice in d.alternatives
+    rec = model.recommend("spmv", 1000)
+    assert rec.mode == "escalate" and "never measured" in rec.reasons[0]
+
+
+def test_out_of_range_size_escalates(model: Model) -> None:
+    state = State(workload="gemm", size=65536, config=Config(ranks=1, threads=2, tile=64))
+    d = model.decide(state, thresholds=Thresholds(auto=0.0, escalate=0.0))
+    assert d.mode == "escalate"
+    assert "size 65536 is outside the measured range 48–96 for gemm" in d.reasons  # noqa: RUF001
+
+
+def test_foreign_fingerprint_escalates(model: Model, fp: Fingerprint) -> None:
+    other = fp.model_copy(
+        update={"device_id": "0" * 16, "cpu_model": "Other CPU 9000", "physical_cores": 64}
+    )
+    d = model.decide(familiar(model), fingerprint=other, thresholds=Thresholds(auto=0.0))
+    assert d.mode == "escalate"
+    (reason,) = d.reasons
+    assert reason.startswith("this machine differs from the one the model was trained on: ")
+    assert "cpu model 'Other CPU 9000'" in reason and "cores 64" in reason
+    same = model.decide(familiar(model), fingerprint=fp, thresholds=Thresholds(auto=0.0))
+    assert same.mode == "auto" and same.reasons == []
+
+
+def test_thresholds_map_to_modes(model: Model) -> None:
+    state = familiar(model)
+    auto = model.decide(state, thresholds=Thresholds(auto=0.0))
+    assert auto.mode == "auto" and auto.reasons == []
+    esc = model.decide(state, thresholds=Thresholds(auto=1.01, escalate=1.01))
+    assert esc.mode == "escalate" and "below the escalate threshold" in esc.reasons[0]
+    confirm = model.decide(state, thresholds=Thresholds(auto=1.01, escalate=0.0))
+    assert confirm.mode == "confirm" and "below the auto threshold" in confirm.reasons[0]
+    default = model.decide(state)
+    expected = "auto" if default.confidence >= 0.85 else "confirm"
+    if default.confidence < 0.5:
+        expected = "escalate"
+    assert default.mode == expected
+    assert auto.choice == esc.choice == confirm.choice == default.choice
+
+
+def test_infeasible_moves_are_never_chosen(model: Model, measurements: list[Measurement]) -> None:
+    for state in training_states(measurements):
+        d = model.decide(state)
+        feasible = {*neighbours(state.config, model.space_for(state.workload)), STOP}
+        assert set(d.alternatives) == feasible
+        assert d.choice in feasible
+        assert math.isclose(sum(d.alternatives.values()), 1.0, rel_tol=1e-6)
+    state = familiar(model)
+    only_here = ConfigSpace(ranks=(2,), threads=(1,), tiles=(64,), max_workers=4)
+    d = model.decide(state, space=only_here)
+    assert d.choice == STOP and d.alternatives == {STOP: 1.0}
+    top = model.decide(state)
+    if top.choice != STOP:  # take the favourite away: it must not come back
+        full = model.space_for("gemm")
+        moved = {
+            "RANKS_UP": {"ranks": (1, 2)},
+            "RANKS_DOWN": {"ranks": (2, 4)},
+            "THREADS_UP": {"threads": (1,)},
+            "THREADS_DOWN": {"threads": (1, 2)},
+            "TILE_UP": {"tiles": (32, 64)},
+            "TILE_DOWN": {"tiles": (64, 128, 256)},
+        }[top.choice]
+        kw = {"ranks": full.ranks, "threads": full.threads, "tiles": full.tiles, **moved}
+        space = ConfigSpace(max_workers=full.max_workers, **kw)
+        assert model.decide(state, space=space).choice != top.choice
+
+
+def test_decide_without_telemetry(model: Model) -> None:
+    state = State(workload="stencil", size=16, config=Config(ranks=1, threads=2, tile=16))
+    d = model.decide(state)
+    assert d.choice in d.alternatives and d.predicted_runtime_s and d.predicted_runtime_s > 0
+
+
+def test_recommend_scores_every_feasible_config(model: Model) -> None:
+    rec = model.recommend("gemm", 64)
+    space = model.space_for("gemm")
+    assert space.contains(rec.config)
+    assert len(rec.alternatives) == len(space.configs())
+    assert rec.predicted_runtime_s == pytest.approx(min(rec.alternatives.values()))
+    assert rec.predicted_runtime_s == pytest.approx(
+        model.predict_runtime("gemm", 64, rec.config), rel=1e-6
+    )
+    assert 0 <= rec.confidence <= 1
+
+
+def test_observe_runs_for_real(model: Model) -> None:
+    state = model.observe("gemm", 48, {"ranks": 1, "threads": 1, "tile": 32}, repeats=2)
+    assert state.runtime_s is not None and state.runtime_s > 0
+    assert model.decide(state).choice in ALL_ACTIONS
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"size": -1},
+        {"size": 0},
+        {"runtime_s": -0.5},
+        {"runtime_s": float("nan")},
+        {"throughput": float("inf")},
+        {"config": {"ranks": 1, "threads": 1, "tile": 32, "nodes": 2}},
+        {"config": {"ranks": 0, "threads": 1, "tile": 32}},
+        {"workload": ""},
+        {"colour": "red"},
+    ],
+)
+def test_bad_state_input_is_rejected(bad: dict[str, object]) -> None:
+    fields: dict[str, object] = {
+        "workload": "gemm",
+        "size": 64,
+        "config": {"ranks": 1, "threads": 1, "tile": 32},
+    }
+    fields.update(bad)
+    with pytest.raises(ValidationError):
+        State.model_validate(fields)
+
+
+def test_model_from_garbage_bytes_fails_clearly() -> None:
+    with pytest.raises(Exception):
+        Model.from_onnx(b"not an onnx file")
