@@ -15,6 +15,7 @@ from .db import make_engine, tables
 from .infra.home import Endpoints, own_home, running_owner
 from .runtime import run_services
 from .settings import Settings
+from .subjects import status_subject
 
 
 @dataclass
@@ -72,10 +73,28 @@ async def open_stack(
         )
         try:
             async with _connected(settings, endpoints, name, attached=False) as stack:
+                await _answering(stack, services, runner)
                 yield stack
         finally:
             stop.set()
             await runner
+
+
+async def _answering(stack: Stack, services: tuple[str, ...], runner: asyncio.Task[None]) -> None:
+    """Wait until every started service answers its status subject (it has subscribed)."""
+    for service in services:
+        for _ in range(600):
+            if runner.done():
+                runner.result()  # a service failed to start: raise its error
+            try:
+                await stack.bus.nc.request(
+                    status_subject(stack.settings, service), b"", timeout=0.5
+                )
+                break
+            except Exception:
+                await asyncio.sleep(0.05)
+        else:
+            raise TimeoutError(f"the {service} service did not start")
 
 
 @contextlib.asynccontextmanager

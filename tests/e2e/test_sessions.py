@@ -131,14 +131,30 @@ async def test_an_automatic_session_reaches_a_config_at_least_as_fast_as_its_sta
     assert verify(settings.audit_path).intact
 
 
-async def next_approval(stack: Stack, session_id: str) -> dict[str, Any] | None:
-    """The session's next waiting approval, or None once it has finished."""
+def waiting_rows(stack: Stack, session_id: str) -> list[dict[str, Any]]:
+    t = tables.approvals
+    with stack.engine.connect() as conn:
+        rows = (
+            conn.execute(select(t).where(t.c.session_id == session_id, t.c.status == "waiting"))
+            .mappings()
+            .all()
+        )
+    return [dict(r) for r in rows]
+
+
+async def next_approval(
+    stack: Stack, session_id: str, answered: set[str] | None = None
+) -> dict[str, Any] | None:
+    """The session's next waiting approval not yet answered, or None once it has finished."""
     for _ in range(1500):
+        waiting = await asyncio.to_thread(waiting_rows, stack, session_id)
+        waiting = [w for w in waiting if w["approval_id"] not in (answered or set())]
+        if waiting:
+            (answered if answered is not None else set()).add(waiting[0]["approval_id"])
+            return waiting[0]
         row = await asyncio.to_thread(session_row, stack, session_id)
         if row and row["status"] == "finished":
             return None
-        if row and row["status"] == "paused":
-            return await waiting_approval(stack, session_id)
         await asyncio.sleep(0.2)
     raise AssertionError(f"session {session_id} neither paused nor finished")
 
@@ -171,7 +187,8 @@ async def test_approve_then_reject_ends_at_the_last_good_configuration(
         approved_move: dict[str, Any] | None = None
         rejected_move: dict[str, Any] | None = None
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            first = await next_approval(stack, session_id)
+            seen: set[str] = set()
+            first = await next_approval(stack, session_id, seen)
             assert first is not None
             listed = (await http.get("/v1/approvals")).json()["approvals"]
             assert [a["approval_id"] for a in listed] == [first["approval_id"]]
@@ -207,7 +224,7 @@ async def test_approve_then_reject_ends_at_the_last_good_configuration(
                 elif real:
                     rejected_move = pending
                     before = await asyncio.to_thread(session_row, stack, session_id)
-                pending = await next_approval(stack, session_id)
+                pending = await next_approval(stack, session_id, seen)
         done = await wait_for(stack, session_id, "finished")
         await stack.caught_up()
         with stack.engine.connect() as conn:
@@ -236,7 +253,8 @@ async def test_a_coordinator_restart_mid_session_loses_and_duplicates_nothing(
     async with open_stack(settings, SERVICES, "e2e-tune") as stack:
         await stack.local_device()
         session_id = await start(stack)
-        waiting = await next_approval(stack, session_id)
+        seen: set[str] = set()
+        waiting = await next_approval(stack, session_id, seen)
         assert waiting is not None
     # Everything stopped while the session waited. A new coordinator picks it up from the log.
     async with open_stack(settings, SERVICES, "e2e-tune") as stack:
@@ -257,7 +275,7 @@ async def test_a_coordinator_restart_mid_session_loses_and_duplicates_nothing(
             answered += pending["move"] != "STOP"
             with contextlib.suppress(ApprovalError):
                 await decide_approval(stack.bus, pending["approval_id"], True, "eve", "engineer")
-            pending = await next_approval(stack, session_id)
+            pending = await next_approval(stack, session_id, seen)
         done = await wait_for(stack, session_id, "finished")
         await stack.caught_up()
         events = session_events(stack, session_id)
