@@ -27,8 +27,13 @@ async def decide_approval(
         raise ApprovalError(409, f"approval {approval_id} was already {verdict} by {decided[0].by}")
     requested = next(e for e in events if isinstance(e, ApprovalRequested))
     event = ApprovalDecided(
-        approval_id=approval_id, session_id=requested.session_id,
-        decision_id=requested.decision_id, approved=approved, by=by, role=role, note=note,
+        approval_id=approval_id,
+        session_id=requested.session_id,
+        decision_id=requested.decision_id,
+        approved=approved,
+        by=by,
+        role=role,
+        note=note,
     )
     try:
         await bus.publish(

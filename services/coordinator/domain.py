@@ -109,14 +109,12 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
     if isinstance(event, SessionPaused):
         return replace(state, status="paused", awaiting=event.approval_id)
     if isinstance(event, SessionResumed):
-        pending = state.pending
-        if pending is not None and event.approved:
-            pending = replace(pending, approved=True)
-        elif pending is not None and pending.move == STOP:
-            pending = None  # the engineer wants to go on: STOP stays tried from here
-        elif pending is not None:
-            pending = replace(pending, rejected=True)
-        return replace(state, status="running", awaiting=None, pending=pending)
+        return replace(
+            state,
+            status="running",
+            awaiting=None,
+            pending=_after_verdict(state.pending, event.approved),
+        )
     if isinstance(event, SessionMoveResolved):
         run = state.pending.run if state.pending else None
         if event.kept:
@@ -134,6 +132,16 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
             state, status="finished", finish_reason=event.reason, pending=None, awaiting=None
         )
     return state
+
+
+def _after_verdict(pending: PendingMove | None, approved: bool) -> PendingMove | None:
+    if pending is None:
+        return None
+    if approved:
+        return replace(pending, approved=True)
+    if pending.move == STOP:
+        return None  # the engineer wants to go on: STOP stays tried from here
+    return replace(pending, rejected=True)
 
 
 def replay(events: list[tuple[int, Event]]) -> SessionState:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -136,7 +136,7 @@ class SessionRunner:
             await self.finish("stop", f"the model says STOP ({confidence:.2f})")
             return
         own_choice = move == decision["choice"]
-        mode = decision["mode"] if own_choice else _mode_for(confidence, self.ctx)
+        mode: Mode = decision["mode"] if own_choice else _mode_for(confidence, self.ctx)
         reasons = list(decision.get("reasons", []))
         if not own_choice:
             reasons.append(
@@ -340,7 +340,10 @@ class SessionRunner:
         return decision
 
 
-def _mode_for(confidence: float, ctx: ServiceContext) -> str:
+Mode = Literal["auto", "confirm", "escalate"]
+
+
+def _mode_for(confidence: float, ctx: ServiceContext) -> Mode:
     if confidence >= ctx.settings.auto_threshold:
         return "auto"
     return "confirm" if confidence >= ctx.settings.escalate_threshold else "escalate"
