@@ -4,6 +4,7 @@ given, decide in one forward pass, record the decision event."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Literal
 
 import orjson
@@ -22,6 +23,7 @@ from hpc_ds1.subjects import agent_run_subject
 log = get_logger("decision")
 
 RUN_TIMEOUT_S = 900.0
+DEVICE_CACHE_S = 5.0
 
 
 class DecisionError(Exception):
@@ -63,6 +65,7 @@ class DecisionService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self._models: dict[str, Any] = {}  # device id -> Model
+        self._devices: dict[str | None, tuple[float, tuple[str, dict[str, Any]]]] = {}
 
     async def forget_models(self, msg: Any) -> None:
         self._models.clear()
@@ -106,6 +109,15 @@ class DecisionService:
         return model
 
     async def _device(self, device_id: str | None) -> tuple[str, dict[str, Any]]:
+        # Devices change rarely; a short cache keeps the database off the per-decision path.
+        cached = self._devices.get(device_id)
+        if cached is not None and time.monotonic() - cached[0] < DEVICE_CACHE_S:
+            return cached[1]
+        found = await self._lookup_device(device_id)
+        self._devices[device_id] = (time.monotonic(), found)
+        return found
+
+    async def _lookup_device(self, device_id: str | None) -> tuple[str, dict[str, Any]]:
         if device_id is None:
             local = await asyncio.to_thread(_local_device, self.ctx.engine)
             if local is None:
