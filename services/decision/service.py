@@ -172,7 +172,12 @@ class DecisionService:
         thresholds = Thresholds(
             auto=self.ctx.settings.auto_threshold, escalate=self.ctx.settings.escalate_threshold
         )
-        decision = model.decide(state, thresholds=thresholds, space=space, fingerprint=fingerprint)
+        # From the user's own configuration outside the tuned space, moves may pass through
+        # the runnable space on the way back (the guard reason below escalates it anyway).
+        moves_space = space.runnable() if (space is not None and outside) else space
+        decision = model.decide(
+            state, thresholds=thresholds, space=moves_space, fingerprint=fingerprint
+        )
         if outside:
             notes.append(
                 f"the configuration is outside the space measured on this machine: {outside}"
