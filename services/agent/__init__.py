@@ -25,13 +25,14 @@ async def run(ctx: ServiceContext) -> None:
         fingerprint=hardware.model_dump(mode="json"),
         local=True,
     )
-    await ctx.bus.publish(
-        envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
-    )
     ctx.facts["device_id"] = hardware.device_id
     jobs = JobRunner(ctx, hardware.device_id)
+    # Listen before announcing: whoever sees the registration can send work at once.
     sub = await ctx.bus.nc.subscribe(
         agent_run_subject(ctx.settings, hardware.device_id), cb=jobs.handle
+    )
+    await ctx.bus.publish(
+        envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
     )
     try:
         await ctx.stop.wait()

@@ -8,6 +8,7 @@ import contextlib
 from typing import Any, Literal
 
 import orjson
+from nats.errors import NoRespondersError
 
 from hpc_ds1.bus import ConcurrencyConflict
 from hpc_ds1.events import (
@@ -35,6 +36,7 @@ from .domain import MAX_MISSES, SessionState, choose_move, evolve, replay, resol
 log = get_logger("coordinator")
 
 RUN_TIMEOUT_S = 1800.0
+AGENT_WAIT_S = 60
 APPROVAL_RECHECK_S = 5.0
 
 
@@ -304,11 +306,18 @@ class SessionRunner:
             purpose="tune",
             actor=self.owner,
         )
-        reply = await self.ctx.bus.nc.request(
-            agent_run_subject(self.ctx.settings, self.state.device_id),
-            ask.model_dump_json().encode(),
-            timeout=RUN_TIMEOUT_S,
-        )
+        subject = agent_run_subject(self.ctx.settings, self.state.device_id)
+        for attempt in range(AGENT_WAIT_S * 10):
+            try:
+                reply = await self.ctx.bus.nc.request(
+                    subject, ask.model_dump_json().encode(), timeout=RUN_TIMEOUT_S
+                )
+                break
+            except NoRespondersError:
+                # The device's agent is (re)starting: the step waits for it, up to a limit.
+                if attempt == AGENT_WAIT_S * 10 - 1:
+                    raise
+                await asyncio.sleep(0.1)
         body = orjson.loads(reply.data)
         if not body.get("ok"):
             return {"status": "failed", "error": body.get("error")}, None

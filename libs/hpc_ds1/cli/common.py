@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,7 +13,10 @@ from ..settings import Settings
 from . import UsageError
 
 
-def load_settings(**overrides: Any) -> Settings:
+def load_settings(quiet: bool = False, **overrides: Any) -> Settings:
+    """Settings from the environment plus flags. `quiet`: a command that shows its own output
+    (a progress bar, a table) keeps the services it starts to warnings, unless
+    HPC_DS1_LOG_LEVEL asks otherwise."""
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as error:
@@ -21,7 +25,8 @@ def load_settings(**overrides: Any) -> Settings:
             for e in error.errors()
         )
         raise UsageError(f"invalid settings: {problems}") from None
-    log.configure(settings.log_level, settings.log_json)
+    level = "warning" if quiet and "HPC_DS1_LOG_LEVEL" not in os.environ else settings.log_level
+    log.configure(level, settings.log_json)
     return settings
 
 

@@ -56,7 +56,7 @@ def build_request(args: argparse.Namespace) -> DecideRequest:
 
 
 def handle(args: argparse.Namespace) -> int:
-    settings = load_settings(home=args.home)
+    settings = load_settings(quiet=True, home=args.home)
     request = build_request(args)
     owner = running_owner(settings.home)
     server = args.server or (owner.gateway_url if owner else None)

@@ -57,7 +57,7 @@ def handle(args: argparse.Namespace) -> int:
 
     from ..workloads import UnknownWorkload, get_workload, list_workloads
 
-    settings = load_settings(home=args.home)
+    settings = load_settings(quiet=True, home=args.home)
     profile = PROFILES["quick" if args.quick else "full"]
     if args.repeats is not None:
         if args.repeats < 1:

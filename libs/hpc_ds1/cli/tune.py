@@ -64,7 +64,7 @@ def parse_start(text: str | None) -> dict[str, Any] | None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    settings = load_settings(home=args.home)
+    settings = load_settings(quiet=True, home=args.home)
     try:
         request = StartSessionRequest.model_validate(
             {
@@ -151,8 +151,12 @@ async def ask_at_terminal(approval: dict[str, Any]) -> tuple[bool, str] | None:
         f"({approval['mode']}, confidence {approval['confidence']:.2f}: {reasons}).\n"
         f"approve? [y/n] "
     )
-    answer = (await asyncio.to_thread(input, prompt)).strip().lower()
-    note = (await asyncio.to_thread(input, "note (optional): ")).strip()
+    try:
+        answer = (await asyncio.to_thread(input, prompt)).strip().lower()
+        note = (await asyncio.to_thread(input, "note (optional): ")).strip()
+    except EOFError:  # no terminal to ask: the move stays waiting for the console/API
+        print("\nno answer from the terminal")
+        return None
     return answer in ("y", "yes"), note
 
 
@@ -205,6 +209,12 @@ async def local(settings: Settings, request: StartSessionRequest, no_wait: bool)
                         print("the session resumes when `hpc-ds1 serve` runs for this home")
                     return 0
                 verdict = await ask_at_terminal(data)
+                if verdict is None:
+                    print(
+                        f"approval {data['approval_id']} waits for an engineer "
+                        f"(POST /v1/approvals/{data['approval_id']})"
+                    )
+                    return 0
                 if verdict is not None:
                     try:
                         await decide_approval(
