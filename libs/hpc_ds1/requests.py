@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 _WORKLOAD = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def _workload_name(value: str) -> str:
+    if not _WORKLOAD.match(value):
+        raise ValueError("use 1-64 letters, digits, '_', '-' or '.'")
+    return value
+
+
+WorkloadName = Annotated[str, AfterValidator(_workload_name)]
 
 
 class ConfigIn(BaseModel):
@@ -41,7 +50,7 @@ class Telemetry(BaseModel):
 class DecideRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: str = Field(description="A workload name, e.g. gemm.")
+    workload: WorkloadName = Field(description="A workload name, e.g. gemm.")
     size: int = Field(gt=0, strict=True)
     config: ConfigIn
     telemetry: Telemetry | None = Field(
@@ -50,13 +59,6 @@ class DecideRequest(BaseModel):
     device_id: str | None = Field(default=None, description="Default: the coordinator's machine.")
     source: str = Field(default="api", pattern=r"^[a-z_]{1,32}$")
     session_id: str | None = None
-
-    @field_validator("workload")
-    @classmethod
-    def _workload_name(cls, value: str) -> str:
-        if not _WORKLOAD.match(value):
-            raise ValueError("use 1-64 letters, digits, '_', '-' or '.'")
-        return value
 
 
 class RunRequest(BaseModel):
@@ -77,16 +79,9 @@ class StartSessionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: str
+    workload: WorkloadName
     size: int = Field(gt=0, strict=True)
     start: ConfigIn | None = None
     device_id: str | None = None
     session_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]{8,64}$")
     wait_for_engineer: bool = True
-
-    @field_validator("workload")
-    @classmethod
-    def _workload_name(cls, value: str) -> str:
-        if not _WORKLOAD.match(value):
-            raise ValueError("use 1-64 letters, digits, '_', '-' or '.'")
-        return value

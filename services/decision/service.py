@@ -13,6 +13,7 @@ from sqlalchemy import Engine, select
 
 from hpc_ds1.db import tables
 from hpc_ds1.events import DecisionMade, envelope, new_id
+from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.log import get_logger
 from hpc_ds1.models_store import MODELS_BUCKET
 from hpc_ds1.requests import DecideRequest, RunRequest
@@ -65,7 +66,7 @@ class DecisionService:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self._models: dict[str, Any] = {}  # device id -> Model
-        self._devices: dict[str | None, tuple[float, tuple[str, dict[str, Any]]]] = {}
+        self._devices: dict[str | None, tuple[float, tuple[str, Fingerprint]]] = {}
 
     async def forget_models(self, msg: Any) -> None:
         self._models.clear()
@@ -108,12 +109,13 @@ class DecisionService:
         self._models[device_id] = model
         return model
 
-    async def _device(self, device_id: str | None) -> tuple[str, dict[str, Any]]:
+    async def _device(self, device_id: str | None) -> tuple[str, Fingerprint]:
         # Devices change rarely; a short cache keeps the database off the per-decision path.
         cached = self._devices.get(device_id)
         if cached is not None and time.monotonic() - cached[0] < DEVICE_CACHE_S:
             return cached[1]
-        found = await self._lookup_device(device_id)
+        found_id, raw = await self._lookup_device(device_id)
+        found = (found_id, Fingerprint.model_validate(raw))
         self._devices[device_id] = (time.monotonic(), found)
         return found
 
@@ -129,12 +131,10 @@ class DecisionService:
         return device_id, fingerprint
 
     async def decide(self, request: DecideRequest, actor: str) -> dict[str, Any]:
-        from hpc_ds1.hardware import Fingerprint
         from hpc_ds1.model import State, Thresholds
         from hpc_ds1.workloads import UnknownWorkload, get_workload
 
-        device_id, raw_fp = await self._device(request.device_id)
-        fingerprint = Fingerprint.model_validate(raw_fp)
+        device_id, fingerprint = await self._device(request.device_id)
         model = await self._model(device_id)
         try:
             workload = get_workload(request.workload)
