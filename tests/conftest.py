@@ -24,6 +24,8 @@ from hpc_ds1.settings import Settings
 
 log.configure("info", json=True)
 
+pytest_plugins = ("tests.measured",)
+
 
 @pytest.fixture(scope="session")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -27,6 +27,7 @@ from hpc_ds1.tokens import Principal
 from .audit_api import audit_router
 from .auth import auth_router, install_auth, require
 from .decide import decide_router
+from .evaluation_api import evaluation_router
 from .sessions import sessions_router
 
 log = get_logger("gateway")
@@ -98,6 +99,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app.include_router(decide_router(settings, bus))
     app.include_router(sessions_router(settings, bus, engine))
     app.include_router(audit_router(settings, engine))
+    app.include_router(evaluation_router(settings, engine))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:

@@ -17,6 +17,7 @@ from hpc_ds1.events import (
     DeviceLeft,
     DeviceRegistered,
     Envelope,
+    EvaluationPublished,
     Event,
     MalformedEvent,
     MeasurementRecorded,
@@ -80,6 +81,11 @@ def _measurement(seq: int, env: Envelope, e: MeasurementRecorded) -> list[Write]
 
 def _model(seq: int, env: Envelope, e: ModelPublished) -> list[Write]:
     return [Write(tables.models, "insert", {**dict(e), "published_at": env.time, "seq": seq})]
+
+
+def _evaluation(seq: int, env: Envelope, e: EvaluationPublished) -> list[Write]:
+    row = {**dict(e), "published_at": env.time, "seq": seq}
+    return [Write(tables.evaluations, "insert", row)]
 
 
 def _decision(seq: int, env: Envelope, e: DecisionMade) -> list[Write]:
@@ -222,6 +228,7 @@ PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
     DeviceLeft: _device_left,
     MeasurementRecorded: _measurement,
     ModelPublished: _model,
+    EvaluationPublished: _evaluation,
     DecisionMade: _decision,
     SessionStarted: _session_started,
     SessionStepRun: _step_run,

@@ -21,8 +21,7 @@ from hpc_ds1.model import (
     label_moves,
 )
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
-
-from .conftest import TINY
+from tests.measured import HELD_OUT, TINY
 
 
 def training_states(measurements: list[Measurement]) -> list[State]:
@@ -87,7 +86,10 @@ def test_metrics(trained: TrainedModel) -> None:
     assert m["move_model"]["calibration"]["table"]
     assert m["runtime_model"]["chosen"] in m["runtime_model"]["candidates"]
     assert m["guard"]["distance_threshold"] > 0
-    assert m["counts"]["held_out_ignored"] == len(ConfigSpace.for_device(workload="gemm").configs())
+    assert m["counts"]["held_out_ignored"] == sum(
+        len(ConfigSpace.for_device(workload=w).configs()) * len(sizes)
+        for w, sizes in HELD_OUT.items()
+    )
     assert m["held_out"]["move"]["states"] > 0  # the held-out size is scored, never fitted
     assert m["counts"]["states"] > 0
 

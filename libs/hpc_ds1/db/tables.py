@@ -98,6 +98,21 @@ models = Table(
     Column("seq", BigInteger, nullable=False),
 )
 
+evaluations = Table(
+    "evaluations",
+    metadata,
+    Column("evaluation_id", Text, primary_key=True),
+    Column("device_id", Text, nullable=False, index=True),
+    Column("model_version", Text, nullable=False, index=True),
+    Column("profile", Text, nullable=False),
+    Column("seed", BigInteger, nullable=False),
+    Column("landscape_runs", Integer, nullable=False),
+    Column("results", JSONB, nullable=False),
+    Column("plots", JSONB, nullable=False),
+    Column("published_at", DateTime(timezone=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
 decisions = Table(
     "decisions",
     metadata,
@@ -186,6 +201,7 @@ READ_MODELS: tuple[Table, ...] = (
     devices,
     measurements,
     models,
+    evaluations,
     decisions,
     sessions,
     approvals,

@@ -70,6 +70,25 @@ class ModelPublished(Event):
     trained_on: int = Field(ge=0, description="Number of measurements used.")
 
 
+class EvaluationPublished(Event):
+    """The measured quality of one model on held-out sizes (hpc-ds1 evaluate)."""
+
+    aggregate = "evaluation"
+    name = "published"
+    id_field = "evaluation_id"
+
+    evaluation_id: str
+    device_id: str
+    model_version: str
+    profile: str = Field(description="quick or full")
+    seed: int
+    landscape_runs: int = Field(ge=0, description="Held-out measurements the results come from.")
+    results: dict[str, Any] = Field(default_factory=dict)
+    plots: list[str] = Field(
+        default_factory=list, description="PNG files under $HPC_DS1_HOME/evaluation/."
+    )
+
+
 Mode = Literal["auto", "confirm", "escalate"]
 
 
@@ -262,6 +281,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DeviceLeft,
         MeasurementRecorded,
         ModelPublished,
+        EvaluationPublished,
         DecisionMade,
         SessionStarted,
         SessionStepRun,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import time
 from collections import Counter
@@ -78,7 +79,22 @@ class TrainedModel:
 
 
 def _coerce(m: Measurement | Mapping[str, Any]) -> Measurement:
-    return m if isinstance(m, Measurement) else Measurement.model_validate(m)
+    m = m if isinstance(m, Measurement) else Measurement.model_validate(m)
+    if not m.held_out and m.size in registered_held_out(m.workload):
+        # A run at a held-out size (a decision, a session) is still evaluation ground.
+        return m.model_copy(update={"held_out": True})
+    return m
+
+
+@functools.lru_cache(maxsize=256)
+def registered_held_out(workload: str) -> frozenset[int]:
+    """The held-out sizes of a registered workload: never trained on, whatever measured them."""
+    from hpc_ds1.workloads import UnknownWorkload, get_workload
+
+    try:
+        return frozenset(get_workload(workload).held_out)
+    except UnknownWorkload:
+        return frozenset()
 
 
 class _Rows:
@@ -220,6 +236,7 @@ def train(
     candidates: Sequence[str] | None = None,
 ) -> TrainedModel:
     """Train on the ok, not held-out measurements of one device (`fingerprint`: a Fingerprint).
+    A measurement at a registered workload's held-out size counts as held out, flagged or not.
 
     Failed runs only make their configuration worse than any ok one in the labels; held-out rows
     are scored after training (metrics["held_out"]) and never fitted. Neighbours for the labels

@@ -22,9 +22,9 @@ from .plan import PlannedJob
 Progress = Callable[[int, int, str], None]  # done, total, label
 
 
-def setup_measurement_id(device_id: str, job: PlannedJob) -> str:
+def setup_measurement_id(device_id: str, job: PlannedJob, purpose: str = "setup") -> str:
     """Deterministic, so a re-run's event for the same job is recognised as already there."""
-    return f"setup:{device_id[:16]}:{job.workload}:{job.size}:{config_key(job.config)}"
+    return f"{purpose}:{device_id[:16]}:{job.workload}:{job.size}:{config_key(job.config)}"
 
 
 @dataclass
@@ -38,17 +38,32 @@ class CampaignReport:
 
 
 class Campaign:
-    def __init__(self, stack: Stack, device_id: str, timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        device_id: str,
+        timeout_s: float = 300.0,
+        *,
+        purpose: str = "setup",
+        held_out: bool = False,
+    ) -> None:
+        """purpose "setup" measures training data; "evaluate" with held_out=True measures the
+        held-out landscape, which training never reads."""
         self.stack = stack
         self.device_id = device_id
         self.timeout_s = timeout_s
+        self.purpose = purpose
+        self.held_out = held_out
+
+    def measurement_id(self, job: PlannedJob) -> str:
+        return setup_measurement_id(self.device_id, job, self.purpose)
 
     def already_measured(self) -> set[str]:
         t = tables.measurements
         with self.stack.engine.connect() as conn:
             rows = conn.execute(
                 select(t.c.measurement_id).where(
-                    t.c.device_id == self.device_id, t.c.purpose == "setup"
+                    t.c.device_id == self.device_id, t.c.purpose == self.purpose
                 )
             )
             return {r[0] for r in rows}
@@ -62,7 +77,7 @@ class Campaign:
         report = CampaignReport(planned=sum(len(c) for c in chunks))
         done = 0
         for chunk in chunks:
-            todo = [j for j in chunk if setup_measurement_id(self.device_id, j) not in done_ids]
+            todo = [j for j in chunk if self.measurement_id(j) not in done_ids]
             report.skipped += len(chunk) - len(todo)
             done += len(chunk) - len(todo)
             if not todo:
@@ -98,7 +113,7 @@ class Campaign:
         await self.stack.bus.publish_many(
             envelope(
                 measurement_event(
-                    r, self.device_id, "setup", setup_measurement_id(self.device_id, j)
+                    r, self.device_id, self.purpose, self.measurement_id(j), self.held_out
                 ),
                 actor="setup",
                 source="setup",

@@ -16,6 +16,7 @@ from hpc_ds1.events import (
     DeviceLeft,
     DeviceRegistered,
     Envelope,
+    EvaluationPublished,
     MeasurementRecorded,
     SessionFinished,
     SessionMoveDecided,
@@ -190,6 +191,30 @@ async def test_a_published_event_becomes_a_row_and_an_audit_line(
     assert [json.loads(x)["seq"] for x in lines] == [1, 2]
     assert json.loads(lines[0])["id"] == device.id
     assert verify(settings.audit_path).intact
+
+
+async def test_an_evaluation_becomes_a_row(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    results = {"ranking": {"spearman": 0.8}, "sizes": [4096]}
+    event = EvaluationPublished(
+        evaluation_id="e1",
+        device_id="dev-1",
+        model_version="m1",
+        profile="quick",
+        seed=7,
+        landscape_runs=120,
+        results=results,
+        plots=["regret.png"],
+    )
+    last = await bus.publish(wrap(bus, event))
+    await run_until(projector_for(settings, engine, bus), engine, last)
+    with engine.connect() as conn:
+        row = conn.execute(select(tables.evaluations)).mappings().one()
+    assert (row["evaluation_id"], row["model_version"], row["profile"]) == ("e1", "m1", "quick")
+    assert (row["seed"], row["landscape_runs"], row["seq"]) == (7, 120, last)
+    assert row["results"] == results and row["plots"] == ["regret.png"]
+    assert row["published_at"] is not None
 
 
 async def test_a_redelivered_batch_changes_nothing(

@@ -1,5 +1,6 @@
-"""A tiny real measurement set (real runner, tiny sizes, every config of this machine's space),
-measured once per session, and a model trained on it."""
+"""A tiny real measurement set (real runner, tiny sizes, every config of this machine's space,
+one held-out size per workload), measured once per session, and a model trained on it; shared
+by the model and evaluation tests (registered in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hpc_ds1.runner import Job, run_many
 from hpc_ds1.space import ConfigSpace
 
 TINY = {"gemm": (48, 64, 96), "stencil": (12, 16, 20)}
-HELD_OUT = {"gemm": (80,)}
+HELD_OUT = {"gemm": (80,), "stencil": (14,)}
 
 
 @pytest.fixture(scope="session")

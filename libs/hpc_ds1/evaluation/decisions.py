@@ -1,0 +1,177 @@
+"""Every held-out state decided once: right or wrong against the landscape's own best move,
+and the reliability table and auto-move accuracy that follow."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_ds1.model import Model, State, Thresholds
+from hpc_ds1.model.labels import Outcome, label_outcomes
+from hpc_ds1.runner import is_faster
+from hpc_ds1.space import STOP, Config, apply_move
+
+from .landscape import Cell, SpaceFor
+
+BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One decision on a held-out state, and what the landscape says of it."""
+
+    workload: str
+    size: int
+    config: Config
+    choice: str
+    best_move: str  # the label: the fastest neighbour beyond noise, else STOP
+    confidence: float
+    mode: str
+    reasons: tuple[str, ...]
+    far: bool  # the distance guard alone would flag it
+    slower: bool  # the chosen move leads to a slower (or failing) configuration
+
+    @property
+    def right(self) -> bool:
+        return self.choice == self.best_move
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.reasons_from_guard)
+
+    @property
+    def reasons_from_guard(self) -> tuple[str, ...]:
+        return tuple(r for r in self.reasons if not r.startswith("confidence "))
+
+
+def cell_labels(cell: Cell, space_for: SpaceFor) -> dict[Config, str]:
+    outcomes = {
+        (cell.workload, cell.size, c): Outcome(True, p.runtime_s, p.spread, p.throughput)
+        for c, p in cell.points.items()
+    }
+    outcomes.update(
+        {(cell.workload, cell.size, c): Outcome(False, None, None, None) for c in cell.failed}
+    )
+    return {c: move for (_, _, c), move in label_outcomes(outcomes, space_for).items()}
+
+
+def check_cell(
+    model: Model, cell: Cell, space_for: SpaceFor, thresholds: Thresholds
+) -> list[Checked]:
+    space = space_for(cell.workload)
+    labels = cell_labels(cell, space_for)
+    out = []
+    for config, point in sorted(cell.points.items(), key=lambda cp: cp[0].label()):
+        d = model.decide(
+            State(
+                workload=cell.workload,
+                size=cell.size,
+                config=config,
+                runtime_s=point.runtime_s,
+                throughput=point.throughput,
+            ),
+            space=space,
+            thresholds=thresholds,
+        )
+        slower = False
+        if d.choice != STOP:
+            target = apply_move(config, d.choice, space)
+            there = cell.points.get(target) if target is not None else None
+            slower = there is None or is_faster(
+                point.runtime_s, point.spread, there.runtime_s, there.spread
+            )
+        out.append(
+            Checked(
+                cell.workload,
+                cell.size,
+                config,
+                d.choice,
+                labels[config],
+                d.confidence,
+                d.mode,
+                tuple(d.reasons),
+                _far(d.distance, d.distance_threshold),
+                slower,
+            )
+        )
+    return out
+
+
+def _far(distance: float | None, threshold: float | None) -> bool:
+    return distance is not None and threshold is not None and distance > threshold
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def reliability(checks: Sequence[Checked]) -> list[dict[str, Any]]:
+    """Stated confidence against observed accuracy, per confidence bin."""
+    rows = []
+    for lo, hi in itertools.pairwise(BIN_EDGES):
+        inside = [c for c in checks if lo <= c.confidence < hi or (hi == 1.0 and c.confidence == 1)]
+        if not inside:
+            continue
+        rows.append(
+            {
+                "bin": f"{lo:.2f}–{hi:.2f}",  # noqa: RUF001
+                "decisions": len(inside),
+                "mean_confidence": round(sum(c.confidence for c in inside) / len(inside), 4),
+                "accuracy": round(sum(c.right for c in inside) / len(inside), 4),
+            }
+        )
+    return rows
+
+
+def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> dict[str, Any]:
+    auto = [c for c in checks if c.mode == "auto"]
+    table = reliability(checks)
+    n = len(checks)
+    ece = sum(r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in table)
+    return {
+        "decisions": n,
+        "accuracy": _share(sum(c.right for c in checks), n),
+        "auto_threshold": thresholds.auto,
+        "auto_moves": len(auto),
+        "auto_right": _share(sum(c.right for c in auto), len(auto)),
+        "auto_not_slower": _share(sum(not c.slower for c in auto), len(auto)),
+        "ece": round(ece, 4) if n else None,
+        "reliability": table,
+        "right_means": "the chosen move is the landscape's best move (the fastest neighbour "
+        "beyond the noise, else STOP)",
+    }
+
+
+def false_flags(checks: Sequence[Checked]) -> dict[str, Any]:
+    """Held-out sizes of familiar workloads flagged by the guard (size range or distance)."""
+    per: dict[str, list[Checked]] = {}
+    for c in checks:
+        per.setdefault(c.workload, []).append(c)
+    return {
+        "states": len(checks),
+        "flagged": sum(c.flagged for c in checks),
+        "rate": _share(sum(c.flagged for c in checks), len(checks)),
+        "by_workload": {
+            w: _share(sum(c.flagged for c in cs), len(cs)) for w, cs in sorted(per.items())
+        },
+    }
+
+
+def guard_row(workload: str, checks: Sequence[Checked], thresholds: Thresholds) -> dict[str, Any]:
+    """One never-seen kernel: how often the guard flags it, and the confidently wrong moves
+    (confidence >= auto threshold, and not the best move or slower) before and after."""
+    confident_wrong = [
+        c for c in checks if c.confidence >= thresholds.auto and (not c.right or c.slower)
+    ]
+    n = len(checks)
+    return {
+        "kernel": workload,
+        "states": n,
+        "flagged_by_guard": _share(sum(c.flagged for c in checks), n),
+        "flagged_by_distance": _share(sum(c.far for c in checks), n),
+        "confidently_wrong_before": len(confident_wrong),
+        "confidently_wrong_after_guard": sum(c.mode == "auto" for c in confident_wrong),
+        "confidently_wrong_after_distance_only": sum(not c.far for c in confident_wrong),
+    }

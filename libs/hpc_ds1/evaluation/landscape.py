@@ -1,0 +1,86 @@
+"""The held-out landscape: every configuration of a held-out (workload, size), measured for real.
+Every runtime a replayed session sees is one of these measured medians."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from hpc_ds1.model.labels import aggregate
+from hpc_ds1.model.schema import Measurement
+from hpc_ds1.space import Config, ConfigSpace
+
+
+class EvaluationError(RuntimeError):
+    """The evaluation cannot be computed honestly from what was measured."""
+
+
+@dataclass(frozen=True)
+class Point:
+    runtime_s: float
+    spread: float | None
+    throughput: float | None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (workload, size): the measured median of every configuration; failed ones apart."""
+
+    workload: str
+    size: int
+    points: dict[Config, Point]
+    failed: frozenset[Config]
+
+    @property
+    def best_config(self) -> Config:
+        return min(self.points, key=lambda c: (self.points[c].runtime_s, c.label()))
+
+    @property
+    def best_runtime_s(self) -> float:
+        return self.points[self.best_config].runtime_s
+
+    def pct_of_best(self, config: Config) -> float:
+        """best runtime / runtime of `config`, in %; 0 for a failed or unmeasured one."""
+        point = self.points.get(config)
+        return 0.0 if point is None else 100.0 * self.best_runtime_s / point.runtime_s
+
+
+SpaceFor = Callable[[str], ConfigSpace]
+
+
+def build_cells(
+    measurements: Iterable[Measurement], space_for: SpaceFor
+) -> tuple[list[Cell], list[str]]:
+    """Complete cells (every configuration of the space measured, at least one ok) and, in
+    words, the (workload, size) pairs left out because they are not."""
+    outcomes = aggregate(m.model_copy(update={"held_out": False}) for m in measurements)
+    grouped: dict[tuple[str, int], dict[Config, object]] = {}
+    for (workload, size, config), outcome in outcomes.items():
+        grouped.setdefault((workload, size), {})[config] = outcome
+    cells, skipped = [], []
+    for (workload, size), found in sorted(grouped.items()):
+        wanted = space_for(workload).configs()
+        missing = [c for c in wanted if c not in found]
+        if missing:
+            skipped.append(
+                f"{workload} {size}: {len(missing)} of {len(wanted)} configurations not measured"
+            )
+            continue
+        points, failed = {}, set()
+        for config in wanted:
+            o = outcomes[(workload, size, config)]
+            if o.ok and o.runtime_s is not None:
+                points[config] = Point(o.runtime_s, o.spread, o.throughput)
+            else:
+                failed.add(config)
+        if not points:
+            skipped.append(f"{workload} {size}: no configuration ran successfully")
+            continue
+        cells.append(Cell(workload, size, points, frozenset(failed)))
+    return cells, skipped
+
+
+def nearest_size(size: int, sizes: Sequence[int]) -> int:
+    """The trained size closest to `size` on a log scale (problem sizes grow geometrically)."""
+    return min(sizes, key=lambda s: (abs(math.log(s / size)), s))

@@ -1,0 +1,232 @@
+"""Tuning policies replayed against a measured landscape, each from the same start configuration.
+
+The model's policy is the coordinator's own session fold (`evolve`, `choose_move`, `resolve`), so
+its stopping rules are exactly those of `hpc-ds1 tune`; the replayed engineer approves every
+proposal, STOP included, so the figures measure the model's own moves."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_ds1.events import SessionMoveDecided, SessionMoveResolved, SessionStarted, SessionStepRun
+from hpc_ds1.model import Model, State, Thresholds
+from hpc_ds1.runner import is_faster
+from hpc_ds1.services.coordinator.domain import (
+    MAX_MISSES,
+    SessionState,
+    choose_move,
+    evolve,
+    resolve,
+)
+from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
+
+from .landscape import Cell
+
+POLICIES = ("model", "greedy", "random", "optuna_tpe", "exhaustive")
+REPLAY_ID = "replay"
+
+
+@dataclass(frozen=True)
+class SessionOutcome:
+    policy: str
+    workload: str
+    size: int
+    start: Config
+    final: Config
+    runs: int  # real runs the session made (each run of a configuration counts)
+    pct_of_best: float
+    finish: str = ""
+    engineer_moves: int = 0  # proposals that would have waited for an engineer
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "workload": self.workload,
+            "size": self.size,
+            "start": self.start.label(),
+            "final": self.final.label(),
+            "runs": self.runs,
+            "pct_of_best": round(self.pct_of_best, 3),
+            "finish": self.finish,
+            "engineer_moves": self.engineer_moves,
+        }
+
+
+def _outcome(policy: str, cell: Cell, start: Config, final: Config, runs: int, **kw: Any) -> Any:
+    return SessionOutcome(
+        policy, cell.workload, cell.size, start, final, runs, cell.pct_of_best(final), **kw
+    )
+
+
+def _step_run(cell: Cell, step: int, move: str | None, config: Config) -> SessionStepRun:
+    point = cell.points.get(config)
+    return SessionStepRun(
+        session_id=REPLAY_ID,
+        step=step,
+        move=move,
+        config=config.model_dump(),
+        status="ok" if point else "failed",
+        runtime_s=point.runtime_s if point else None,
+        spread=point.spread if point else None,
+    )
+
+
+def model_session(
+    model: Model, cell: Cell, start: Config, space: ConfigSpace, thresholds: Thresholds
+) -> SessionOutcome:
+    """One change at a time from `start`, as the coordinator runs a session."""
+    started = SessionStarted(
+        session_id=REPLAY_ID,
+        device_id=model.device_id,
+        workload=cell.workload,
+        size=cell.size,
+        start=start.model_dump(),
+    )
+    s = evolve(SessionState(), 1, started)
+    s = evolve(s, 2, _step_run(cell, 0, None, start))
+    engineer, finish = 0, "max_runs"
+    limit = 4 * len(space.configs())  # a bound only: choose_move never repeats a move
+    while s.runs < limit:
+        assert s.best_config is not None and s.best_runtime_s is not None
+        best = Config.model_validate(s.best_config)
+        decision = model.decide(
+            State(
+                workload=cell.workload,
+                size=cell.size,
+                config=best,
+                runtime_s=s.best_runtime_s,
+                throughput=cell.points[best].throughput,
+            ),
+            space=space,
+            thresholds=thresholds,
+        )
+        picked = choose_move(s, decision.choice, decision.alternatives)
+        if picked is None:
+            finish = "no_moves"
+            break
+        move, confidence = picked
+        own = move == decision.choice
+        # as the coordinator does: another move than the model's first choice is judged on
+        # its own confidence, and stays escalated when the decision was
+        mode = decision.mode
+        if not own and decision.mode != "escalate":
+            mode = thresholds.mode(confidence, [])[0]
+        engineer += mode != "auto"
+        if move == STOP:
+            finish = "stop"
+            break
+        step = s.runs
+        s = evolve(
+            s,
+            s.version + 1,
+            SessionMoveDecided(
+                session_id=REPLAY_ID,
+                step=step,
+                decision_id=REPLAY_ID,
+                move=move,
+                confidence=confidence,
+                mode="auto",  # approved
+                config=s.best_config,
+            ),
+        )
+        target = apply_move(best, move, space)
+        assert target is not None  # alternatives hold only the feasible moves
+        run = _step_run(cell, step, move, target)
+        s = evolve(s, s.version + 1, run)
+        kept, misses = resolve(s, run)
+        s = evolve(
+            s,
+            s.version + 1,
+            SessionMoveResolved(
+                session_id=REPLAY_ID,
+                step=step,
+                move=move,
+                kept=kept,
+                config=target.model_dump(),
+                runtime_s=run.runtime_s,
+                best_runtime_s=s.best_runtime_s,
+                misses_in_a_row=misses,
+            ),
+        )
+        if misses >= MAX_MISSES:
+            finish = "two_misses"
+            break
+    final = Config.model_validate(s.best_config)
+    return _outcome("model", cell, start, final, s.runs, finish=finish, engineer_moves=engineer)
+
+
+def _fastest(cell: Cell, configs: Any) -> Config | None:
+    ok = [c for c in configs if c in cell.points]
+    return min(ok, key=lambda c: cell.points[c].runtime_s) if ok else None
+
+
+def greedy_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutcome:
+    """Steepest descent: run every neighbour not yet run, move to the fastest while it beats
+    the current configuration by more than the noise."""
+    ran = {start}
+    current = start
+    while True:
+        around = list(neighbours(current, space).values())
+        ran.update(around)
+        best = _fastest(cell, around)
+        here = cell.points[current]
+        if best is None:
+            break
+        there = cell.points[best]
+        if not is_faster(there.runtime_s, there.spread, here.runtime_s, here.spread):
+            break
+        current = best
+    return _outcome("greedy", cell, start, current, len(ran), finish="no_better_neighbour")
+
+
+def random_session(
+    cell: Cell, start: Config, space: ConfigSpace, budget: int, rng: random.Random
+) -> SessionOutcome:
+    """The start plus budget-1 other configurations drawn without replacement; keep the fastest."""
+    others = [c for c in space.configs() if c != start]
+    drawn = rng.sample(others, min(max(budget - 1, 0), len(others)))
+    final = _fastest(cell, [start, *drawn]) or start
+    return _outcome("random", cell, start, final, 1 + len(drawn), finish="budget")
+
+
+def tpe_session(
+    cell: Cell, start: Config, space: ConfigSpace, budget: int, seed: int
+) -> SessionOutcome:
+    """A real Optuna study with the TPE sampler, seeded, over ranks, threads (feasible for the
+    ranks drawn) and tile; the start configuration is its first trial. A configuration drawn
+    again is answered from the study's own history, not run again."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, budget // 2))
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    study.enqueue_trial(
+        {"ranks": start.ranks, f"threads_r{start.ranks}": start.threads, "tile": start.tile}
+    )
+    ran: dict[Config, float] = {}
+    penalty = 10.0 * max(p.runtime_s for p in cell.points.values())
+
+    def objective(trial: optuna.Trial) -> float:
+        ranks = trial.suggest_categorical("ranks", list(space.ranks))
+        fit = [t for t in space.threads if ranks * t <= space.max_workers]
+        threads = trial.suggest_categorical(f"threads_r{ranks}", fit)
+        tile = trial.suggest_categorical("tile", list(space.tiles))
+        config = Config(ranks=ranks, threads=threads, tile=tile)
+        if config not in ran:
+            point = cell.points.get(config)
+            ran[config] = point.runtime_s if point else penalty
+        return ran[config]
+
+    trials = 0
+    while len(ran) < min(budget, len(space.configs())) and trials < 20 * budget:
+        study.optimize(objective, n_trials=1)
+        trials += 1
+    final = _fastest(cell, ran) or start
+    return _outcome("optuna_tpe", cell, start, final, len(ran), finish="budget")
+
+
+def exhaustive_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutcome:
+    configs = space.configs()
+    return _outcome("exhaustive", cell, start, cell.best_config, len(configs), finish="all")

@@ -1,0 +1,99 @@
+"""The evaluation's tables, as text for the terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"  # noqa: RUF001
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    text = [[_cell(v) for v in row] for row in rows]
+    widths = [
+        max(len(h), *(len(r[i]) for r in text)) if text else len(h) for i, h in enumerate(headers)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in text]
+    return "\n".join(out)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"  # noqa: RUF001
+
+
+def render(results: dict[str, Any]) -> str:
+    parts = []
+    s = results["sessions"]
+    parts.append(
+        f"Tuning sessions on held-out sizes ({s['sessions_per_policy']} sessions per policy, "
+        f"budget {s['budget']} real runs for random and TPE)"
+    )
+    parts.append(
+        table(
+            ["policy", "% of best: median", "p10", "real runs: median", "max"],
+            [
+                [r["policy"], r["pct_median"], r["pct_p10"], r["runs_median"], r["runs_max"]]
+                for r in s["table"]
+            ],
+        )
+    )
+    s1 = results["system1"]
+    parts.append("\nSystem 1: the whole configuration before anything runs")
+    parts.append(
+        table(
+            ["approach", "% of best: median", "p10", "real runs"],
+            [[r["approach"], r["median"], r["p10"], r["real_runs"]] for r in s1["table"]],
+        )
+    )
+    g = results["guard"]
+    parts.append("\nFamiliarity guard on never-seen kernels (retrained without each)")
+    parts.append(
+        table(
+            [
+                "kernel held out",
+                "flagged by guard",
+                "by distance alone",
+                "confidently wrong auto-runs",
+            ],
+            [
+                [
+                    r["kernel"],
+                    _pct(r.get("flagged_by_guard")),
+                    _pct(r.get("flagged_by_distance")),
+                    f"{r['confidently_wrong_before']} → {r['confidently_wrong_after_guard']}"
+                    if "confidently_wrong_before" in r
+                    else r.get("error", ""),
+                ]
+                for r in g["kernels"]
+            ],
+        )
+    )
+    ff = g["false_flags"]
+    parts.append(
+        f"false flags on familiar workloads' held-out sizes: {ff['flagged']} of {ff['states']} "
+        f"({_pct(ff['rate'])})"
+    )
+    c = results["calibration"]
+    parts.append(
+        f"\nCalibration: {c['auto_moves']} of {c['decisions']} held-out decisions would run "
+        f"automatically; right {_pct(c['auto_right'])}, not slower {_pct(c['auto_not_slower'])}; "
+        f"all decisions right {_pct(c['accuracy'])}; ECE {c['ece']}"
+    )
+    parts.append(
+        table(
+            ["confidence", "decisions", "mean confidence", "accuracy"],
+            [
+                [r["bin"], r["decisions"], r["mean_confidence"], r["accuracy"]]
+                for r in c["reliability"]
+            ],
+        )
+    )
+    return "\n".join(parts)

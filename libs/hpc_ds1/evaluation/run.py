@@ -1,0 +1,286 @@
+"""The whole evaluation of one model against its held-out landscape: pure over measurements."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpc_ds1.model import Measurement, Model, Thresholds, aggregate, train
+from hpc_ds1.space import Config
+
+from . import decisions as dc
+from . import policies as pol
+from .landscape import Cell, EvaluationError, build_cells
+from .system1 import system1
+
+Progress = Callable[[str, int, int], None]  # phase, done, total
+
+
+@dataclass
+class Evaluation:
+    results: dict[str, Any]
+    sessions: list[pol.SessionOutcome] = field(default_factory=list)
+    checks: list[dc.Checked] = field(default_factory=list)
+
+
+def _quiet(phase: str, done: int, total: int) -> None:
+    return None
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def check_honest(
+    model: Model, held: Sequence[Measurement], training: Sequence[Measurement]
+) -> None:
+    """Held-out sizes must be sizes the model never saw."""
+    if not held:
+        raise EvaluationError(
+            "no held-out landscape for this device: run `hpc-ds1 evaluate` (it measures the "
+            "held-out sizes first); the evaluation never reports on training data"
+        )
+    trained = {(m.workload, m.size) for m in training} | {
+        (w, s) for w, sizes in model.sizes.items() for s in sizes
+    }
+    leaked = sorted({(m.workload, m.size) for m in held} & trained)
+    if leaked:
+        raise EvaluationError(
+            "held-out sizes that are also training sizes: "
+            + ", ".join(f"{w} {s}" for w, s in leaked)
+            + "; evaluate only sizes the model never trained on"
+        )
+
+
+def _session_table(outcomes: Sequence[pol.SessionOutcome]) -> list[dict[str, Any]]:
+    rows = []
+    for policy in pol.POLICIES:
+        mine = [o for o in outcomes if o.policy == policy]
+        if not mine:
+            continue
+        pcts = [o.pct_of_best for o in mine]
+        runs = [o.runs for o in mine]
+        row = {
+            "policy": policy,
+            "sessions": len(mine),
+            "pct_median": round(statistics.median(pcts), 2),
+            "pct_p10": round(_percentile(pcts, 0.10), 2),
+            "share_at_least_98": round(sum(p >= 98.0 for p in pcts) / len(pcts), 4),
+            "runs_median": statistics.median(runs),
+            "runs_max": max(runs),
+        }
+        if policy == "model":
+            row["engineer_moves_per_session"] = round(
+                statistics.mean(o.engineer_moves for o in mine), 3
+            )
+        rows.append(row)
+    return rows
+
+
+def _trained_best(training: Sequence[Measurement]) -> dict[tuple[str, int], Config]:
+    best: dict[tuple[str, int], tuple[float, Config]] = {}
+    for (w, s, c), o in aggregate(training).items():
+        if (
+            o.ok
+            and o.runtime_s is not None
+            and ((w, s) not in best or o.runtime_s < best[(w, s)][0])
+        ):
+            best[(w, s)] = (o.runtime_s, c)
+    return {k: c for k, (_, c) in best.items()}
+
+
+def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    by = {r["policy"]: r for r in results["sessions"]["table"]}
+    s1 = {r["key"]: r for r in results["system1"]["table"]}
+    kernels = [k for k in results["guard"]["kernels"] if "states" in k]
+    cal = results["calibration"]
+    m = by.get("model", {})
+    out = [
+        ("model sessions: median % of best", m.get("pct_median"), ">=", 98.0),
+        ("model sessions: 10th percentile % of best", m.get("pct_p10"), ">=", 93.0),
+        ("model sessions: median real runs", m.get("runs_median"), "<=", 5),
+        (
+            "model beats random search (median % of best, same budget)",
+            m.get("pct_median"),
+            ">",
+            by.get("random", {}).get("pct_median"),
+        ),
+        (
+            "model beats Optuna TPE (median % of best, same budget)",
+            m.get("pct_median"),
+            ">",
+            by.get("optuna_tpe", {}).get("pct_median"),
+        ),
+        ("System 1: median % of best with 0 runs", s1.get("model", {}).get("median"), ">=", 95.0),
+        (
+            "guard: share of never-seen-kernel states flagged",
+            min((k["flagged_by_guard"] for k in kernels), default=None),
+            ">=",
+            1.0,
+        ),
+        (
+            "guard: false flags on familiar held-out sizes",
+            results["guard"]["false_flags"]["rate"],
+            "<=",
+            0.05,
+        ),
+        (
+            "guard: confidently wrong auto-runs after the guard",
+            sum(k["confidently_wrong_after_guard"] for k in kernels) if kernels else None,
+            "<=",
+            0,
+        ),
+        ("auto moves right", cal["auto_right"], ">=", 0.95),
+    ]
+    rows = []
+    for name, value, op, goal in out:
+        met = None
+        if value is not None and goal is not None:
+            met = {">=": value >= goal, "<=": value <= goal, ">": value > goal}[op]
+        rows.append({"target": name, "value": value, "goal": f"{op} {goal}", "met": met})
+    return rows
+
+
+def evaluate(
+    model: Model,
+    measurements: Sequence[Measurement],
+    fingerprint: Any,
+    *,
+    seed: int = 0,
+    thresholds: Thresholds | None = None,
+    guard_retrain: bool = True,
+    progress: Progress = _quiet,
+) -> Evaluation:
+    """Score `model` on the held-out measurements among `measurements` (the device's log).
+
+    Training data for the references and the leave-one-kernel-out retraining is what the model
+    was trained on: the non-held-out measurements at the model's own training sizes."""
+    started = time.perf_counter()
+    thresholds = thresholds or model.thresholds
+    held = [m for m in measurements if m.held_out]
+    training = [
+        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
+    ]
+    check_honest(model, held, training)
+    space_for = model.space_for
+    cells, skipped = build_cells([m for m in held if m.workload in model.workloads], space_for)
+    if not cells:
+        raise EvaluationError(
+            "the held-out landscape is incomplete: "
+            + ("; ".join(skipped) or "no held-out size of a workload this model knows")
+            + "; run `hpc-ds1 evaluate` again to measure what is missing"
+        )
+
+    outcomes = _replay_sessions(model, cells, thresholds, seed, progress)
+    from hpc_ds1.workloads import get_workload
+
+    tiles = {c.workload: get_workload(c.workload).default_tile for c in cells}
+    checks = [c for cell in cells for c in dc.check_cell(model, cell, space_for, thresholds)]
+    guard_rows = (
+        _guard_rows(model, cells, training, fingerprint, seed, thresholds, progress)
+        if guard_retrain
+        else []
+    )
+    model_sessions = [o.runs for o in outcomes if o.policy == "model"]
+    results: dict[str, Any] = {
+        "model_version": model.version,
+        "device_id": model.device_id,
+        "seed": seed,
+        "thresholds": thresholds.model_dump(),
+        "landscape": {
+            "measurements": len(held),
+            "cells": len(cells),
+            "sizes": {w: sorted(c.size for c in cells if c.workload == w) for w in sorted(tiles)},
+            "configurations_per_size": {w: len(space_for(w).configs()) for w in sorted(tiles)},
+            "failed_configurations": sum(len(c.failed) for c in cells),
+            "skipped": skipped,
+        },
+        "sessions": {
+            "starts": "every configuration of the space that ran successfully",
+            "sessions_per_policy": len(model_sessions),
+            "budget": _budget(model_sessions),
+            "replayed_engineer": "approves every proposal, STOP included",
+            "table": _session_table(outcomes),
+        },
+        "system1": system1(model, cells, _trained_best(training), tiles, space_for, thresholds),
+        "guard": {"kernels": guard_rows, "false_flags": dc.false_flags(checks)},
+        "calibration": dc.calibration_summary(checks, thresholds),
+    }
+    results["targets"] = _targets(results)
+    results["seconds"] = round(time.perf_counter() - started, 2)
+    return Evaluation(results, outcomes, checks)
+
+
+def _budget(model_runs: Sequence[int]) -> int:
+    return max(2, math.ceil(statistics.median(model_runs))) if model_runs else 2
+
+
+def _replay_sessions(
+    model: Model, cells: Sequence[Cell], thresholds: Thresholds, seed: int, progress: Progress
+) -> list[pol.SessionOutcome]:
+    starts = {id(c): sorted(c.points, key=Config.label) for c in cells}
+    total = 2 * sum(len(s) for s in starts.values())
+    done = 0
+    outcomes: list[pol.SessionOutcome] = []
+    for cell in cells:
+        space = model.space_for(cell.workload)
+        for start in starts[id(cell)]:
+            outcomes.append(pol.model_session(model, cell, start, space, thresholds))
+            outcomes.append(pol.greedy_session(cell, start, space))
+            outcomes.append(pol.exhaustive_session(cell, start, space))
+            done += 1
+            progress("replaying model, greedy, exhaustive", done, total)
+    budget = _budget([o.runs for o in outcomes if o.policy == "model"])
+    rng = random.Random(seed)
+    index = 0
+    for cell in cells:
+        space = model.space_for(cell.workload)
+        for start in starts[id(cell)]:
+            outcomes.append(pol.random_session(cell, start, space, budget, rng))
+            outcomes.append(pol.tpe_session(cell, start, space, budget, seed + index))
+            index += 1
+            done += 1
+            progress(f"replaying random, Optuna TPE (budget {budget})", done, total)
+    return outcomes
+
+
+def _guard_rows(
+    model: Model,
+    cells: Sequence[Cell],
+    training: Sequence[Measurement],
+    fingerprint: Any,
+    seed: int,
+    thresholds: Thresholds,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    """Leave one kernel out: retrain without it (same seed, same move estimator), then decide
+    on its held-out states."""
+    kernels = sorted({c.workload for c in cells})
+    estimator = model.metadata.get("estimators", {}).get("move")
+    rows = []
+    for i, kernel in enumerate(kernels):
+        progress(f"retraining without {kernel}", i, len(kernels))
+        rest = [m for m in training if m.workload != kernel]
+        try:
+            trained = train(
+                rest, fingerprint, seed=seed, candidates=[estimator] if estimator else None
+            )
+        except ValueError as error:
+            rows.append({"kernel": kernel, "error": f"could not train without it: {error}"})
+            continue
+        blind = Model.from_onnx(trained.to_onnx(), thresholds)
+        mine = [c for c in cells if c.workload == kernel]
+        checks = [
+            c for cell in mine for c in dc.check_cell(blind, cell, model.space_for, thresholds)
+        ]
+        rows.append(
+            {**dc.guard_row(kernel, checks, thresholds), "retrained_version": blind.version}
+        )
+    progress("guard", len(kernels), len(kernels))
+    return rows

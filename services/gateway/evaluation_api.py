@@ -1,0 +1,78 @@
+"""GET /v1/evaluation (the latest evaluation of a model on held-out sizes, from the projection)
+and GET /v1/evaluation/plots/{name} (its PNG plots). Reading needs `require("viewer")`."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import FileResponse
+from sqlalchemy import Engine, select
+
+from hpc_ds1.db import tables
+from hpc_ds1.settings import Settings
+from hpc_ds1.tokens import Principal
+
+from .auth import require
+
+NO_EVALUATION = "no evaluation yet: run `hpc-ds1 evaluate` (or `hpc-ds1 evaluate --quick`)"
+PLOT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.png")
+
+# Module level: with postponed annotations FastAPI resolves these names in module globals.
+Reader = Annotated[Principal, Depends(require("viewer"))]
+
+
+def query_latest(
+    engine: Engine, device_id: str | None, model_version: str | None
+) -> dict[str, Any] | None:
+    """The matching evaluation with the highest sequence, or None."""
+    t = tables.evaluations
+    query = select(t).order_by(t.c.seq.desc()).limit(1)
+    if device_id is not None:
+        query = query.where(t.c.device_id == device_id)
+    if model_version is not None:
+        query = query.where(t.c.model_version == model_version)
+    with engine.connect() as conn:
+        row = conn.execute(query).mappings().first()
+    if row is None:
+        return None
+    return {
+        "evaluation_id": row["evaluation_id"],
+        "device_id": row["device_id"],
+        "model_version": row["model_version"],
+        "profile": row["profile"],
+        "seed": row["seed"],
+        "landscape_runs": row["landscape_runs"],
+        "results": row["results"],
+        "plots": row["plots"],
+        "published_at": row["published_at"].isoformat(),
+    }
+
+
+def evaluation_router(settings: Settings, engine: Engine) -> APIRouter:
+    router = APIRouter(tags=["evaluation"])
+
+    @router.get("/v1/evaluation")
+    async def evaluation(
+        _: Reader,
+        device_id: str | None = Query(None, description="Only this device's evaluations."),
+        model_version: str | None = Query(None, description="Only this model's evaluations."),
+    ) -> dict[str, Any]:
+        """The latest evaluation (hpc-ds1 evaluate): how well the model ranks configurations
+        and picks moves on held-out sizes, with its plots (see /v1/evaluation/plots/{name})."""
+        found = await asyncio.to_thread(query_latest, engine, device_id, model_version)
+        if found is None:
+            raise HTTPException(404, NO_EVALUATION)
+        return found
+
+    @router.get("/v1/evaluation/plots/{name}", response_class=FileResponse)
+    async def plot(_: Reader, name: str) -> FileResponse:
+        """One PNG plot of an evaluation, by the file name listed in its `plots`."""
+        path = settings.home / "evaluation" / name
+        if not PLOT_NAME.fullmatch(name) or not path.is_file():
+            raise HTTPException(404, f"no evaluation plot named {name!r}")
+        return FileResponse(path, media_type="image/png")
+
+    return router

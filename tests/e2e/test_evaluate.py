@@ -1,0 +1,100 @@
+"""`hpc-ds1 evaluate` on the really measured and trained device of this folder: it measures the
+held-out sizes for real, publishes the evaluation, serves it over HTTP, and training never
+sees what it measured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import numpy as np
+import orjson
+from sqlalchemy import func, select
+
+from hpc_ds1.db import tables
+from hpc_ds1.infra.ports import free_port
+from hpc_ds1.model import Model, State
+from hpc_ds1.settings import Settings
+from hpc_ds1.space import ConfigSpace
+from hpc_ds1.stack import open_stack
+from hpc_ds1.subjects import train_subject
+
+from .test_decide import HPC_DS1, cli_env
+
+HELD = "gemm=240,montecarlo=300000"
+
+
+async def cli(settings: Settings, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        HPC_DS1,
+        "evaluate",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=cli_env(settings),
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 600)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_evaluate_measures_publishes_and_never_trains_on_held_out(
+    e2e_settings: Settings, trained: dict
+) -> None:
+    code, out, err = await cli(e2e_settings, "--sizes", "gemm=288")
+    assert code == 2 and "used in training" in err and "gemm 288" in err
+
+    code, out, err = await cli(e2e_settings, "--sizes", HELD, "--seed", "5", "--json")
+    assert code == 0, err
+    results = json.loads(out)
+    assert results["model_version"] == trained["version"] and results["seed"] == 5
+    assert results["landscape"]["sizes"] == {"gemm": [240], "montecarlo": [300000]}
+    policies = {row["policy"] for row in results["sessions"]["table"]}
+    assert policies == {"model", "greedy", "random", "optuna_tpe", "exhaustive"}
+    plot = trained["home"] / "evaluation" / f"{trained['version']}-full.png"
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+    configs = {w: len(ConfigSpace.for_device(workload=w).configs()) for w in ("gemm", "montecarlo")}
+    settings = e2e_settings.model_copy(update={"port": free_port()})
+    async with open_stack(settings, ("projector", "gateway", "trainer"), "e2e-eval") as stack:
+        with stack.engine.connect() as conn:
+            measured = conn.execute(
+                select(func.count()).where(
+                    tables.measurements.c.purpose == "evaluate",
+                    tables.measurements.c.held_out.is_(True),
+                )
+            ).scalar_one()
+        assert measured == sum(configs.values()) == results["landscape"]["measurements"]
+
+        base = f"http://127.0.0.1:{settings.port}"
+        async with httpx.AsyncClient(base_url=base) as http:
+            got = (await http.get("/v1/evaluation")).json()
+            png = await http.get(f"/v1/evaluation/plots/{got['plots'][0]}")
+        assert got["evaluation_id"] == results["evaluation_id"]
+        assert got["results"]["sessions"] == results["sessions"]
+        assert png.status_code == 200 and png.content == plot.read_bytes()
+
+        # the held-out runs are in the log now: training again must fit exactly the same model
+        reply = await stack.bus.nc.request(
+            train_subject(e2e_settings),
+            orjson.dumps({"device_id": trained["device_id"]}),
+            timeout=600,
+        )
+        again = orjson.loads(reply.data)
+        assert again["metrics"]["counts"]["held_out_ignored"] == measured
+    before = Model.from_file(trained["home"] / "models" / f"{trained['version']}.onnx")
+    after = Model.from_file(trained["home"] / "models" / f"{again['version']}.onnx")
+    assert after.sizes == before.sizes
+    rows = [
+        before.state_features(State(workload=w, size=s, config=c, runtime_s=0.01))
+        for w, s in (("gemm", 240), ("montecarlo", 300000), ("gemm", 288))
+        for c in ConfigSpace.for_device(workload=w).configs()
+    ]
+    X = np.vstack(rows)
+    for a, b in zip(before.raw(X), after.raw(X), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    # a replay of what is in the log measures nothing more
+    code, out, err = await cli(e2e_settings, "--sizes", HELD, "--no-measure", "--no-guard")
+    assert code == 0, err
+    assert "Tuning sessions on held-out sizes" in out and "Targets" in out

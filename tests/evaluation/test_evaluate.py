@@ -1,0 +1,137 @@
+"""The whole evaluation on really measured tiny sizes (tests/measured.py): every table filled
+from the held-out landscape, and the honesty rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpc_ds1.evaluation import Evaluation, EvaluationError, build_cells, evaluate
+from hpc_ds1.evaluation.plot import write_plot
+from hpc_ds1.evaluation.report import render
+from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.model import Measurement, Model, State, TrainedModel, train
+from tests.measured import HELD_OUT
+
+
+@pytest.fixture(scope="module")
+def evaluation(model: Model, measurements: list[Measurement], fp: Fingerprint) -> Evaluation:
+    return evaluate(model, measurements, fp, seed=11)
+
+
+def test_every_policy_replays_every_start_on_the_measured_landscape(
+    evaluation: Evaluation, model: Model, measurements: list[Measurement]
+) -> None:
+    r = evaluation.results
+    cells, _ = build_cells([m for m in measurements if m.held_out], model.space_for)
+    assert r["landscape"]["cells"] == len(cells) == sum(len(s) for s in HELD_OUT.values())
+    table = {row["policy"]: row for row in r["sessions"]["table"]}
+    assert set(table) == {"model", "greedy", "random", "optuna_tpe", "exhaustive"}
+    starts = sum(len(c.points) for c in cells)
+    assert {row["sessions"] for row in table.values()} == {starts}  # same starts for all
+    assert table["exhaustive"]["pct_median"] == 100.0
+    for row in table.values():
+        assert 0 < row["pct_p10"] <= row["pct_median"] <= 100.0
+    budget = r["sessions"]["budget"]
+    assert table["random"]["runs_max"] == budget and table["optuna_tpe"]["runs_max"] <= budget
+    by_key = {(c.workload, c.size): c for c in cells}
+    for o in evaluation.sessions:
+        cell = by_key[(o.workload, o.size)]
+        assert o.runs >= 1 and o.final in cell.points  # a measured configuration
+        assert o.pct_of_best == pytest.approx(
+            100 * cell.best_runtime_s / cell.points[o.final].runtime_s
+        )
+
+
+def test_system1_guard_and_calibration_tables(evaluation: Evaluation) -> None:
+    r = evaluation.results
+    s1 = {row["key"]: row for row in r["system1"]["table"]}
+    assert set(s1) == {"model", "default", "rule_of_thumb", "nearest_trained", "exhaustive"}
+    assert all(s1[k]["real_runs"] == 0 for k in ("model", "default", "rule_of_thumb"))
+    assert s1["exhaustive"]["median"] == 100.0 and s1["exhaustive"]["real_runs"] > 0
+    kernels = {row["kernel"]: row for row in r["guard"]["kernels"]}
+    assert set(kernels) == set(HELD_OUT)
+    for row in kernels.values():
+        if "error" in row:
+            continue
+        # retrained without the kernel, the model has never seen it: the guard must say so
+        assert row["flagged_by_guard"] == 1.0
+        assert row["confidently_wrong_after_guard"] == 0
+        assert row["retrained_version"] != r["model_version"]
+        assert row["confidently_wrong_after_guard"] <= row["confidently_wrong_before"]
+    cal = r["calibration"]
+    assert cal["decisions"] == len(evaluation.checks) > 0
+    assert sum(b["decisions"] for b in cal["reliability"]) == cal["decisions"]
+    assert cal["auto_moves"] == sum(c.mode == "auto" for c in evaluation.checks)
+    assert {t["target"] for t in r["targets"]} and all("met" in t for t in r["targets"])
+    text = render(r)
+    assert "Tuning sessions on held-out sizes" in text and "optuna_tpe" in text
+
+
+def test_the_plot_is_a_png(evaluation: Evaluation, tmp_path: Path) -> None:
+    path = write_plot(
+        tmp_path / "e.png",
+        evaluation.sessions,
+        evaluation.checks,
+        evaluation.results["calibration"]["reliability"],
+        "test",
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def state_rows(model: Model, measurements: list[Measurement]) -> np.ndarray:
+    return np.vstack(
+        [
+            model.state_features(
+                State(workload=m.workload, size=m.size, config=m.as_config(), runtime_s=m.runtime_s)
+            )
+            for m in measurements
+            if m.ok
+        ]
+    )
+
+
+def test_held_out_measurements_never_change_the_model(
+    measurements: list[Measurement], fp: Fingerprint, trained: TrainedModel, model: Model
+) -> None:
+    without = Model.from_onnx(train([m for m in measurements if not m.held_out], fp).to_onnx())
+    X = state_rows(model, measurements)  # training and held-out states alike
+    for a, b in zip(model.raw(X), without.raw(X), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert without.sizes == model.sizes
+
+
+def test_a_run_at_a_registered_held_out_size_is_never_trained_on(
+    measurements: list[Measurement], fp: Fingerprint, trained: TrainedModel
+) -> None:
+    # e.g. a decision or a session ran gemm at 896, a held-out size, without the flag
+    unflagged = [
+        m.model_copy(update={"size": 896, "held_out": False})
+        for m in measurements
+        if m.workload == "gemm" and m.size == 96
+    ]
+    again = train([*measurements, *unflagged], fp, seed=0)
+    assert 896 not in again.metadata["workloads"]["gemm"]["sizes"]
+    assert again.metrics["counts"]["held_out_ignored"] == (
+        trained.metrics["counts"]["held_out_ignored"] + len(unflagged)
+    )
+
+
+def test_no_landscape_fails_loudly(
+    model: Model, measurements: list[Measurement], fp: Fingerprint
+) -> None:
+    with pytest.raises(EvaluationError, match="no held-out landscape"):
+        evaluate(model, [m for m in measurements if not m.held_out], fp)
+
+
+def test_training_sizes_are_never_reported_as_held_out(
+    model: Model, measurements: list[Measurement], fp: Fingerprint
+) -> None:
+    relabelled = [
+        m.model_copy(update={"held_out": True}) if (m.workload, m.size) == ("gemm", 64) else m
+        for m in measurements
+    ]
+    with pytest.raises(EvaluationError, match="gemm 64"):
+        evaluate(model, relabelled, fp)
