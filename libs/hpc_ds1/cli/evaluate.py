@@ -144,9 +144,7 @@ async def _evaluate(
         results = evaluation.results
         results["profile"] = profile
         plot = await asyncio.to_thread(_plot, settings.home, model, profile, evaluation)
-        evaluation_id = await _publish(
-            stack, device_id, model, profile, args.seed, results, plot
-        )
+        evaluation_id = await _publish(stack, device_id, model, profile, args.seed, results, plot)
     if args.json:
         print(
             orjson.dumps(
