@@ -63,11 +63,30 @@ def test_decision_follows_scikit_learn(
         full = dict.fromkeys(ALL_ACTIONS, 0.0)
         for name, p in zip(trained.metadata["classes"], sk, strict=True):
             full[name] = float(p)
-        feasible = [*neighbours(state.config, model.space_for(state.workload)), STOP]
+        moves = neighbours(state.config, model.space_for(state.workload))
+        feasible = [*moves, STOP]
         total = sum(full[n] for n in feasible)
-        for n in feasible:
-            assert d.alternatives[n] == pytest.approx(full[n] / total, abs=1e-5)
+        classifier = np.asarray([full[n] / total for n in feasible])
+        # the runtime model's ranking of the neighbours, blended in as training chose
+        configs = [state.config, *moves.values()]
+        X = np.vstack(
+            [model.state_features(state.model_copy(update={"config": c})) for c in configs]
+        )
+        runtime = trained.sklearn_outputs(X)[1]
+        expected = model.blend.for_state(classifier, runtime[1:] - runtime[0])
+        for n, p in zip(feasible, expected, strict=True):
+            assert d.alternatives[n] == pytest.approx(p, abs=1e-5)
         assert d.confidence == pytest.approx(max(d.alternatives.values()))
+        assert math.isclose(sum(d.alternatives.values()), 1.0, rel_tol=1e-6)
+
+
+def test_the_blend_was_chosen_on_training_sizes_only(trained: TrainedModel, model: Model) -> None:
+    chosen = trained.metrics["move_model"]["blend"]
+    assert model.blend.as_dict() == {k: chosen[k] for k in ("alpha", "tau", "temperature")}
+    assert 0.0 <= chosen["alpha"] <= 1.0 and chosen["temperature"] > 0
+    # the temperature only calibrates: it never makes the out-of-fold log loss worse
+    assert chosen["log_loss"] <= chosen["log_loss_before_temperature"] + 1e-9
+    assert "training sizes" in chosen["chosen_by"]
 
 
 def test_version_is_content_hash(trained: TrainedModel, model: Model) -> None:

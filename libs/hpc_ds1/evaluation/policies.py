@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hpc_ds1.events import SessionMoveDecided, SessionMoveResolved, SessionStarted, SessionStepRun
-from hpc_ds1.model import Model, State, Thresholds
+from hpc_ds1.model.schema import State, Thresholds
 from hpc_ds1.runner import is_faster
 from hpc_ds1.services.coordinator.domain import (
     MAX_MISSES,
@@ -73,8 +73,16 @@ def _step_run(cell: Cell, step: int, move: str | None, config: Config) -> Sessio
     )
 
 
+class Decider(Protocol):
+    """What a session asks for its next move: a Model, or out-of-fold predictions in training."""
+
+    device_id: str
+
+    def decide(self, state: State, *, space: ConfigSpace, thresholds: Thresholds) -> Any: ...
+
+
 def model_session(
-    model: Model, cell: Cell, start: Config, space: ConfigSpace, thresholds: Thresholds
+    model: Decider, cell: Cell, start: Config, space: ConfigSpace, thresholds: Thresholds
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session."""
     started = SessionStarted(

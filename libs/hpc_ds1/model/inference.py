@@ -13,6 +13,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from hpc_ds1.model import features as ft
+from hpc_ds1.model.blend import Blend
 from hpc_ds1.model.guard import distance_reason, hardware_reason, size_reason
 from hpc_ds1.model.onnx_graph import (
     CONFIGS,
@@ -71,6 +72,7 @@ class Model:
         self._unknown_work: list[float] = list(self.metadata["unknown_work"])
         self.distance_threshold = float(self.metadata["distance_threshold"])
         self._rmse = float(self.metadata.get("runtime_rmse_log10") or 0.3)
+        self.blend = Blend(**self.metadata.get("blend", {}))
         self._class_index = np.asarray(
             [ALL_ACTIONS.index(c) for c in self.metadata["classes"]], dtype=int
         )
@@ -218,6 +220,7 @@ class Model:
         p = np.asarray([full[ALL_ACTIONS.index(n)] for n in names], dtype=np.float64)
         total = float(p.sum())
         p = p / total if total > 0 else np.full(len(names), 1.0 / len(names))
+        p = self.blend.for_state(p, runtime[1:, 0].astype(np.float64) - float(runtime[0, 0]))
         best = int(np.argmax(p))
         choice, confidence = names[best], float(p[best])
         mode, why = (thresholds or self.thresholds).mode(confidence, reasons)

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from hpc_ds1.model import estimators as est
 from hpc_ds1.model import features as ft
+from hpc_ds1.model.blend import Blend, choose_blend
 from hpc_ds1.model.guard import DISTANCE_MARGIN, DISTANCE_PERCENTILE, DistanceGuard
 from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_outcomes
 from hpc_ds1.model.labels import measured_space as _measured_space
@@ -113,6 +114,7 @@ class _Rows:
         self.tiles = tiles
         self.space_for = space_for
         self.skipped: set[str] = set()
+        self._spaces: dict[str, Any] = {}
 
     def work(self, workload: str, size: int) -> tuple[float, ...] | None:
         w = ft.registry_work(workload, size)
@@ -129,20 +131,22 @@ class _Rows:
         rt, tp = (o.runtime_s, o.throughput) if telemetry else (None, None)
         return ft.row(w, config, self.tiles.get(workload), self.machine, rt, tp)
 
+    def space(self, workload: str) -> Any:
+        if workload not in self._spaces:
+            self._spaces[workload] = (
+                self.space_for(workload)
+                if self.space_for
+                else _measured_space(self.outcomes, workload)
+            )
+        return self._spaces[workload]
+
     def classification(self) -> tuple[Array, Array, Array, Array, list[StateKey]]:
         """X (each state twice: with telemetry, without), y, feasibility mask, has-telemetry."""
         rows, ys, masks, tele, keys = [], [], [], [], []
-        spaces: dict[str, Any] = {}
         for key, move in sorted(self.labels.items(), key=lambda kv: _sort_key(kv[0])):
             workload, _, config = key
-            if workload not in spaces:
-                spaces[workload] = (
-                    self.space_for(workload)
-                    if self.space_for
-                    else _measured_space(self.outcomes, workload)
-                )
             mask = np.zeros(len(ALL_ACTIONS))
-            for name in (*neighbours(config, spaces[workload]), STOP):
+            for name in (*neighbours(config, self.space(workload)), STOP):
                 mask[ALL_ACTIONS.index(name)] = 1.0
             for telemetry in (True, False):
                 r = self.state_row(key, telemetry)
@@ -178,6 +182,103 @@ class _Rows:
 def _sort_key(key: StateKey) -> tuple[str, int, int, int, int, bool]:
     w, s, c = key
     return (w, s, c.ranks, c.threads, c.tile, c.gpu)
+
+
+def _oof_deltas(
+    rows: _Rows,
+    keys: Sequence[StateKey],
+    groups: Array,
+    Xr: Array,
+    yr: Array,
+    rgroups: Array,
+    factory: Any,
+) -> Array:
+    """Per state and action: log10(runtime after the move / runtime now) as predicted by a
+    runtime model fitted without the state's size (NaN where the move is infeasible)."""
+    out = np.full((len(keys), len(ALL_ACTIONS)), np.nan)
+    for fold in np.unique(groups):
+        fit_rows = rgroups != fold
+        if not fit_rows.any():
+            continue
+        model = factory()
+        model.fit(Xr[fit_rows], yr[fit_rows])
+        batch: list[list[float]] = []
+        where: list[tuple[int, list[str]]] = []
+        for i in np.flatnonzero(groups == fold).tolist():
+            workload, size, config = keys[i]
+            work = rows.work(workload, size)
+            assert work is not None  # states of unregistered workloads have no rows
+            moves = neighbours(config, rows.space(workload))
+            for c in (config, *moves.values()):
+                batch.append(ft.row(work, c, rows.tiles.get(workload), rows.machine)[: ft.N_BASE])
+            where.append((i, list(moves)))
+        predicted = np.asarray(model.predict(ft.as_matrix(batch)), dtype=np.float64)
+        at = 0
+        for state, names in where:
+            for j, name in enumerate(names):
+                out[state, ALL_ACTIONS.index(name)] = predicted[at + 1 + j] - predicted[at]
+            at += 1 + len(names)
+    return out
+
+
+def _session_scorer(
+    rows: _Rows, keys: Sequence[StateKey], oof: Array, deltas: Array, mask: Array
+) -> Callable[[Blend], float]:
+    """Mean % of best reached by tuning sessions from every start of every training size, each
+    decision taken from out-of-fold predictions (models fitted without that size), with the
+    coordinator's own session rules replayed on the measured runtimes."""
+    from types import SimpleNamespace
+
+    from hpc_ds1.evaluation.landscape import Cell, Point
+    from hpc_ds1.evaluation.policies import model_session
+    from hpc_ds1.model.schema import State, Thresholds
+
+    index = {key: i for i, key in enumerate(keys)}
+    grouped: dict[tuple[str, int], dict[Any, Outcome]] = {}
+    for (w, s, c), o in rows.outcomes.items():
+        grouped.setdefault((w, s), {})[c] = o
+    cells = [
+        Cell(
+            w,
+            s,
+            {
+                c: Point(o.runtime_s, o.spread, o.throughput)
+                for c, o in found.items()
+                if o.ok and o.runtime_s
+            },
+            frozenset(c for c, o in found.items() if not o.ok),
+        )
+        for (w, s), found in sorted(grouped.items())
+        if all((w, s, c) in index for c, o in found.items() if o.ok)
+    ]
+    thresholds = Thresholds(auto=0.0)
+
+    class OutOfFold:
+        device_id = ""
+
+        def __init__(self, proba: Array) -> None:
+            self.proba = proba
+
+        def decide(self, state: State, *, space: Any, thresholds: Thresholds) -> Any:
+            p = self.proba[index[(state.workload, state.size, state.config)]]
+            names = [*neighbours(state.config, space), STOP]
+            alternatives = {n: float(p[ALL_ACTIONS.index(n)]) for n in names}
+            choice = max(alternatives, key=lambda n: alternatives[n])
+            return SimpleNamespace(
+                choice=choice, alternatives=alternatives, mode="auto", reasons=[]
+            )
+
+    def score(blend: Blend) -> float:
+        decider = OutOfFold(blend.proba(oof, deltas, mask))
+        pcts = [
+            model_session(decider, cell, start, rows.space(cell.workload), thresholds).pct_of_best
+            for cell in cells
+            for start in cell.points
+            if cell.points
+        ]
+        return float(np.mean(pcts)) if pcts else 0.0
+
+    return score
 
 
 def _size_groups(keys: Sequence[StateKey], sizes: dict[str, list[int]]) -> Array:
@@ -305,11 +406,36 @@ def train(
             "candidates": rt_cv,
             "rmse_log10": rt_rmse,
         }
+        tele_keys = [k for k, t in zip(ckeys, tele, strict=True) if t]
+        deltas = _oof_deltas(
+            rows,
+            tele_keys,
+            groups[tele],
+            Xr,
+            yr,
+            rgroups,
+            est.regressor_candidates(seed)[rt_name],
+        )
+        blend, move_metrics["blend"] = choose_blend(
+            oof,
+            deltas,
+            mask[tele],
+            y[tele],
+            _session_scorer(rows, tele_keys, oof, deltas, mask[tele]),
+        )
+        decided = blend.proba(oof, deltas, mask[tele])
+        d_conf, d_correct = decided.max(axis=1), (decided.argmax(axis=1) == y[tele])
+        move_metrics["decision"] = {
+            "what": "the probabilities decisions use: classifier and runtime ranking blended",
+            **est.classification_scores(decided, y[tele]),
+            "table": est.calibration_table(d_conf, d_correct.astype(float)),
+        }
     else:
         move_name, rt_name, rt_rmse = DEFAULT_MOVE, DEFAULT_RUNTIME, 0.3
         note = "only one measured size per workload: no leave-one-size-out CV possible; default"
         move_metrics = {"chosen": move_name, "why": note, "candidates": {}}
         runtime_metrics = {"chosen": rt_name, "why": note, "candidates": {}, "rmse_log10": None}
+        blend = Blend()
 
     order = [move_name] + [n for n in est.ranked(move_metrics["candidates"]) if n != move_name]
     move_model = None
@@ -376,6 +502,7 @@ def train(
         "unknown_work": [float(v) for v in Xr[:, : ft.N_WORK].mean(axis=0)],
         "distance_threshold": guard.threshold,
         "runtime_rmse_log10": rt_rmse,
+        "blend": blend.as_dict(),
         "estimators": {"move": move_name, "runtime": rt_name},
         "metrics": metrics,
     }
