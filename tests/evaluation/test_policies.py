@@ -7,7 +7,7 @@ import random
 import pytest
 
 from hpc_ds1.evaluation import Cell, Point, build_cells
-from hpc_ds1.evaluation.landscape import nearest_size
+from hpc_ds1.evaluation.landscape import nearest_size, noise_summary
 from hpc_ds1.evaluation.policies import (
     exhaustive_session,
     greedy_session,
@@ -107,3 +107,12 @@ def test_cells_need_every_configuration_measured() -> None:
 )
 def test_nearest_trained_size_on_a_log_scale(size: int, nearest: int) -> None:
     assert nearest_size(size, (768, 1024, 1536, 2048, 2560, 3584)) == nearest
+
+
+def test_noise_ties_bound_what_any_policy_can_show() -> None:
+    assert bowl().tied_with_best() == [BEST]
+    flat = Cell("gemm", 1000, {c: Point(1.0, 0.05, None) for c in SPACE.configs()}, frozenset())
+    assert len(flat.tied_with_best()) == len(SPACE.configs())
+    summary = noise_summary([bowl(), flat])
+    assert summary["tied_with_best_median"] == (1 + len(SPACE.configs())) / 2
+    assert summary["spread_median"] == pytest.approx(0.03)  # half at 1 %, half at 5 %

@@ -4,11 +4,13 @@ Every runtime a replayed session sees is one of these measured medians."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hpc_ds1.model.labels import aggregate
 from hpc_ds1.model.schema import Measurement
+from hpc_ds1.runner import is_faster
 from hpc_ds1.space import Config, ConfigSpace
 
 
@@ -39,6 +41,15 @@ class Cell:
     @property
     def best_runtime_s(self) -> float:
         return self.points[self.best_config].runtime_s
+
+    def tied_with_best(self) -> list[Config]:
+        """Configurations the best does not beat by more than the measured noise."""
+        best = self.points[self.best_config]
+        return [
+            c
+            for c, p in self.points.items()
+            if not is_faster(best.runtime_s, best.spread, p.runtime_s, p.spread)
+        ]
 
     def pct_of_best(self, config: Config) -> float:
         """best runtime / runtime of `config`, in %; 0 for a failed or unmeasured one."""
@@ -84,3 +95,30 @@ def build_cells(
 def nearest_size(size: int, sizes: Sequence[int]) -> int:
     """The trained size closest to `size` on a log scale (problem sizes grow geometrically)."""
     return min(sizes, key=lambda s: (abs(math.log(s / size)), s))
+
+
+def noise_summary(cells: Sequence[Cell]) -> dict[str, object]:
+    """How noisy the landscape is: the ceiling on what any policy can show against its best."""
+    spreads = sorted(p.spread or 0.0 for c in cells for p in c.points.values())
+    per_size = []
+    for c in cells:
+        tied = c.tied_with_best()
+        per_size.append(
+            {
+                "workload": c.workload,
+                "size": c.size,
+                "tied_with_best": len(tied),
+                "slowest_tied_pct_of_best": round(min(c.pct_of_best(t) for t in tied), 2),
+                "best_spread": round(c.points[c.best_config].spread or 0.0, 4),
+            }
+        )
+    return {
+        "spread_median": round(statistics.median(spreads), 4) if spreads else None,
+        "spread_p90": round(spreads[int(0.9 * (len(spreads) - 1))], 4) if spreads else None,
+        "tied_with_best_median": statistics.median(len(c.tied_with_best()) for c in cells)
+        if cells
+        else None,
+        "per_size": per_size,
+        "what": "spread: relative run-to-run spread (MAD) of each configuration's repeats; "
+        "tied: configurations the best does not beat by more than that noise",
+    }

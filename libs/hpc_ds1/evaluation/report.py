@@ -31,6 +31,14 @@ def _pct(value: float | None) -> str:
 
 def render(results: dict[str, Any]) -> str:
     parts = []
+    land, noise = results["landscape"], results["landscape"]["noise"]
+    parts.append(
+        f"Held-out landscape: {land['cells']} sizes x every configuration, "
+        f"{land['measurements']} real runs; run-to-run spread median "
+        f"{_pct(noise['spread_median'])}, p90 {_pct(noise['spread_p90'])}; "
+        f"configurations within noise of the best: median "
+        f"{noise['tied_with_best_median']} per size\n"
+    )
     s = results["sessions"]
     parts.append(
         f"Tuning sessions on held-out sizes ({s['sessions_per_policy']} sessions per policy, "

@@ -15,7 +15,7 @@ from hpc_ds1.space import Config
 
 from . import decisions as dc
 from . import policies as pol
-from .landscape import Cell, EvaluationError, build_cells
+from .landscape import Cell, EvaluationError, build_cells, noise_summary
 from .system1 import system1
 
 Progress = Callable[[str, int, int], None]  # phase, done, total
@@ -200,6 +200,7 @@ def evaluate(
             "configurations_per_size": {w: len(space_for(w).configs()) for w in sorted(tiles)},
             "failed_configurations": sum(len(c.failed) for c in cells),
             "skipped": skipped,
+            "noise": noise_summary(cells),
         },
         "sessions": {
             "starts": "every configuration of the space that ran successfully",
