@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -41,3 +43,18 @@ def validation_message(error: ValidationError) -> str:
 
 def add_home_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", help="data folder (default $HPC_DS1_HOME or ~/.hpc_ds1)")
+
+
+async def run_campaign(campaign: Any, chunks: Sequence[Sequence[Any]]) -> Any:
+    """A measurement campaign (hpc_ds1.setup.Campaign) under a progress bar on stderr."""
+    from tqdm import tqdm
+
+    with tqdm(
+        total=sum(len(c) for c in chunks), unit="run", file=sys.stderr, dynamic_ncols=True
+    ) as bar:
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.set_description(label or "skipping measured")
+            bar.update(done - bar.n)
+
+        return await campaign.run(chunks, progress)

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from ..settings import Settings
 from . import UsageError
-from .common import add_home_argument, load_settings
+from .common import add_home_argument, load_settings, run_campaign
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -164,17 +164,8 @@ async def _evaluate(
 async def _measure(stack: Any, device_id: str, chunks: list[Any], info: TextIO) -> None:
     from ..setup import Campaign
 
-    with tqdm(
-        total=sum(len(c) for c in chunks), unit="run", file=sys.stderr, dynamic_ncols=True
-    ) as bar:
-
-        def progress(done: int, total: int, label: str) -> None:
-            bar.set_description(label or "skipping measured")
-            bar.update(done - bar.n)
-
-        report = await Campaign(stack, device_id, purpose="evaluate", held_out=True).run(
-            chunks, progress
-        )
+    campaign = Campaign(stack, device_id, purpose="evaluate", held_out=True)
+    report = await run_campaign(campaign, chunks)
     print(
         f"measured {report.measured} held-out runs in {report.seconds:.0f} s "
         f"({report.skipped} already in the log; by status {report.by_status})",

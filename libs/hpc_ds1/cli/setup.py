@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from typing import Any
 
 import orjson
-from tqdm import tqdm
 
 from ..settings import Settings
 from ..setup import PROFILES, Campaign, plan_jobs
 from ..stack import open_stack
 from ..subjects import train_subject
 from . import UsageError
-from .common import add_home_argument, load_settings
+from .common import add_home_argument, load_settings, run_campaign
 
 TRAIN_TIMEOUT_S = 1800.0
 
@@ -87,15 +85,7 @@ async def _setup(
             f"{sum(len(c) for c in chunks)} runs planned · home {settings.home}",
             flush=True,
         )
-        with tqdm(
-            total=sum(len(c) for c in chunks), unit="run", file=sys.stderr, dynamic_ncols=True
-        ) as bar:
-
-            def progress(done: int, total: int, label: str) -> None:
-                bar.set_description(label or "skipping measured")
-                bar.update(done - bar.n)
-
-            report = await Campaign(stack, device_id).run(chunks, progress)
+        report = await run_campaign(Campaign(stack, device_id), chunks)
         print(
             f"measured {report.measured} runs in {report.seconds:.0f} s "
             f"({report.skipped} already in the log; by status {report.by_status})",

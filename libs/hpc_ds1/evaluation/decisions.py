@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_ds1.model import Model, State, Thresholds
+from hpc_ds1.model import Model, Thresholds
 from hpc_ds1.model.labels import Outcome, label_outcomes
 from hpc_ds1.runner import is_faster
 from hpc_ds1.space import STOP, Config, apply_move
@@ -65,13 +65,7 @@ def check_cell(
     out = []
     for config, point in sorted(cell.points.items(), key=lambda cp: cp[0].label()):
         d = model.decide(
-            State(
-                workload=cell.workload,
-                size=cell.size,
-                config=config,
-                runtime_s=point.runtime_s,
-                throughput=point.throughput,
-            ),
+            cell.state(config),
             space=space,
             thresholds=thresholds,
         )

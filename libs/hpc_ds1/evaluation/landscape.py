@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hpc_ds1.model.labels import aggregate
-from hpc_ds1.model.schema import Measurement
+from hpc_ds1.model.schema import Measurement, State
 from hpc_ds1.runner import is_faster
 from hpc_ds1.space import Config, ConfigSpace
 
@@ -41,6 +41,17 @@ class Cell:
     @property
     def best_runtime_s(self) -> float:
         return self.points[self.best_config].runtime_s
+
+    def state(self, config: Config) -> State:
+        """A measured configuration as the model sees it: with its measured telemetry."""
+        point = self.points[config]
+        return State(
+            workload=self.workload,
+            size=self.size,
+            config=config,
+            runtime_s=point.runtime_s,
+            throughput=point.throughput,
+        )
 
     def tied_with_best(self) -> list[Config]:
         """Configurations the best does not beat by more than the measured noise."""

@@ -100,13 +100,7 @@ def model_session(
         assert s.best_config is not None and s.best_runtime_s is not None
         best = Config.model_validate(s.best_config)
         decision = model.decide(
-            State(
-                workload=cell.workload,
-                size=cell.size,
-                config=best,
-                runtime_s=s.best_runtime_s,
-                throughput=cell.points[best].throughput,
-            ),
+            cell.state(best),  # the best so far, with its measured runtime
             space=space,
             thresholds=thresholds,
         )
