@@ -1,0 +1,40 @@
+"""`hpc-ds1 evaluate`: bad input is exit 2 with what is accepted, before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpc_ds1.cli import main
+from hpc_ds1.model import TrainedModel
+from hpc_ds1.models_store import save_local
+
+
+@pytest.fixture
+def home(tmp_path: Path, trained: TrainedModel) -> Path:
+    save_local(
+        tmp_path / "models", trained.version, trained.metadata["device_id"], trained.to_onnx()
+    )
+    return tmp_path
+
+
+def test_no_model_says_how_to_get_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", "--home", str(tmp_path)]) == 2
+    assert "hpc-ds1 setup --quick" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--workload", "nbody"], "the model was not trained on ['nbody']"),
+        (["--sizes", "gemm=big"], "is not a size"),
+        (["--sizes", "gemm=64"], "used in training, so they cannot be held out: gemm 64"),
+        (["--repeats", "1"], "--repeats must be at least 2"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_runs(
+    home: Path, args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["evaluate", "--home", str(home), *args]) == 2
+    assert says in capsys.readouterr().err
