@@ -20,6 +20,8 @@ from hpc_ds1.model import (
     aggregate,
     label_moves,
 )
+from hpc_ds1.model.estimators import regressor_candidates
+from hpc_ds1.model.onnx_graph import build
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
 from tests.measured import HELD_OUT, TINY
 
@@ -87,6 +89,26 @@ def test_the_blend_was_chosen_on_training_sizes_only(trained: TrainedModel, mode
     # the temperature only calibrates: it never makes the out-of-fold log loss worse
     assert chosen["log_loss"] <= chosen["log_loss_before_temperature"] + 1e-9
     assert "training sizes" in chosen["chosen_by"]
+
+
+@pytest.mark.parametrize("name", sorted(regressor_candidates(0)))
+def test_every_runtime_candidate_converts_to_the_same_predictions(
+    name: str, trained: TrainedModel, model: Model, measurements: list[Measurement]
+) -> None:
+    X = np.vstack([model.state_features(s) for s in training_states(measurements)])
+    base = X[:, : model.metadata["n_base"]]
+    y = np.log10([s.runtime_s for s in training_states(measurements)])
+    regressor = regressor_candidates(0)[name]().fit(base, y)
+    data = build(
+        trained.move_estimator,
+        regressor,
+        trained.guard,
+        X.shape[1],
+        base.shape[1],
+        trained.metadata,
+    )
+    _, runtime, _ = Model.from_onnx(data).raw(X)
+    assert np.abs(runtime[:, 0] - regressor.predict(base)).max() < 1e-4
 
 
 def test_version_is_content_hash(trained: TrainedModel, model: Model) -> None:

@@ -25,7 +25,7 @@ from sklearn.ensemble import (
 )
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from hpc_ds1.space import ALL_ACTIONS
 
@@ -89,6 +89,11 @@ def regressor_candidates(seed: int) -> dict[str, Callable[[], BaseEstimator]]:
             n_estimators=100, min_samples_leaf=1, max_features=0.7, random_state=seed, n_jobs=2
         ),
         "ridge": lambda: make_pipeline(StandardScaler(), Ridge(alpha=1.0)),
+        # pairwise interactions (ranks x size, threads x intensity, ...): where the best
+        # configuration crosses over between sizes, a linear model cannot follow
+        "ridge_poly2": lambda: make_pipeline(
+            StandardScaler(), PolynomialFeatures(degree=2), Ridge(alpha=1.0)
+        ),
     }
 
 
