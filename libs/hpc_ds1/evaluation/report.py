@@ -53,6 +53,12 @@ def render(results: dict[str, Any]) -> str:
             ],
         )
     )
+    model_row = next((r for r in s["table"] if r["policy"] == "model"), None)
+    if model_row is not None:
+        parts.append(
+            f"model: {model_row['engineer_moves_per_session']} proposals per session would have "
+            f"waited for an engineer ({s['replayed_engineer']})"
+        )
     s1 = results["system1"]
     parts.append("\nSystem 1: the whole configuration before anything runs")
     parts.append(
