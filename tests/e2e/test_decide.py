@@ -153,48 +153,16 @@ async def test_the_guard_and_bad_input(e2e_settings: Settings, trained: dict) ->
     async with open_stack(settings, SERVICES, "e2e-decide") as stack:
         await stack.local_device()
         async with httpx.AsyncClient(timeout=60) as http:
-            unknown = (
-                await http.post(
-                    url,
-                    json={
-                        "workload": "spmv",
-                        "size": 1000,
-                        "config": {"ranks": 1, "threads": 1},
-                        "telemetry": telemetry,
-                    },
-                )
-            ).json()
-            too_big = (
-                await http.post(
-                    url,
-                    json={
-                        "workload": "gemm",
-                        "size": 2048,
-                        "config": {"ranks": 1, "threads": 2},
-                        "telemetry": telemetry,
-                    },
-                )
-            ).json()
-            oversubscribed = (
-                await http.post(
-                    url,
-                    json={
-                        "workload": "gemm",
-                        "size": 288,
-                        "config": {"ranks": 2, "threads": 4},
-                        "telemetry": telemetry,
-                    },
-                )
-            ).json()
-            infeasible = await http.post(
-                url,
-                json={
-                    "workload": "gemm",
-                    "size": 288,
-                    "config": {"ranks": 3, "threads": 1},
-                    "telemetry": telemetry,
-                },
-            )
+
+            async def post(workload: str, size: int, ranks: int, threads: int) -> httpx.Response:
+                config = {"ranks": ranks, "threads": threads}
+                body = {"workload": workload, "size": size, "config": config}
+                return await http.post(url, json={**body, "telemetry": telemetry})
+
+            unknown = (await post("spmv", 1000, 1, 1)).json()
+            too_big = (await post("gemm", 2048, 1, 2)).json()
+            oversubscribed = (await post("gemm", 288, 2, 4)).json()
+            infeasible = await post("gemm", 288, 3, 1)
             nan = await http.post(
                 url,
                 content=b'{"workload": "gemm", "size": 288, "config": '

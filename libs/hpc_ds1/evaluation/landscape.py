@@ -103,6 +103,12 @@ def build_cells(
     return cells, skipped
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1): a value that was measured, never interpolated."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
 def nearest_size(size: int, sizes: Sequence[int]) -> int:
     """The trained size closest to `size` on a log scale (problem sizes grow geometrically)."""
     return min(sizes, key=lambda s: (abs(math.log(s / size)), s))
@@ -125,7 +131,7 @@ def noise_summary(cells: Sequence[Cell]) -> dict[str, object]:
         )
     return {
         "spread_median": round(statistics.median(spreads), 4) if spreads else None,
-        "spread_p90": round(spreads[int(0.9 * (len(spreads) - 1))], 4) if spreads else None,
+        "spread_p90": round(percentile(spreads, 0.9), 4) if spreads else None,
         "tied_with_best_median": statistics.median(len(c.tied_with_best()) for c in cells)
         if cells
         else None,

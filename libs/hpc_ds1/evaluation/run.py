@@ -15,7 +15,7 @@ from hpc_ds1.space import Config
 
 from . import decisions as dc
 from . import policies as pol
-from .landscape import Cell, EvaluationError, build_cells, noise_summary
+from .landscape import Cell, EvaluationError, build_cells, noise_summary, percentile
 from .system1 import system1
 
 Progress = Callable[[str, int, int], None]  # phase, done, total
@@ -30,11 +30,6 @@ class Evaluation:
 
 def _quiet(phase: str, done: int, total: int) -> None:
     return None
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def check_honest(
@@ -70,7 +65,7 @@ def _session_table(outcomes: Sequence[pol.SessionOutcome]) -> list[dict[str, Any
             "policy": policy,
             "sessions": len(mine),
             "pct_median": round(statistics.median(pcts), 2),
-            "pct_p10": round(_percentile(pcts, 0.10), 2),
+            "pct_p10": round(percentile(pcts, 0.10), 2),
             "share_at_least_98": round(sum(p >= 98.0 for p in pcts) / len(pcts), 4),
             "runs_median": statistics.median(runs),
             "runs_max": max(runs),

@@ -9,7 +9,7 @@ from typing import Any
 from hpc_ds1.model import Model, Thresholds
 from hpc_ds1.space import Config
 
-from .landscape import Cell, SpaceFor, nearest_size
+from .landscape import Cell, SpaceFor, nearest_size, percentile
 
 APPROACHES = {
     "model": "the model's recommendation",
@@ -21,9 +21,10 @@ APPROACHES = {
 
 
 def _pcts(values: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p10 = ordered[max(0, int(0.1 * (len(ordered) - 1)))]
-    return {"median": round(statistics.median(ordered), 2), "p10": round(p10, 2)}
+    return {
+        "median": round(statistics.median(values), 2),
+        "p10": round(percentile(values, 0.10), 2),
+    }
 
 
 def system1(
