@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     projector_batch: int = Field(default=2000, ge=1, le=10_000)
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
+    max_run_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=7 * 86400,
+        description="Wall-time cap of one real run (s): its timeout; a longer expected run is "
+        "refused before it starts.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
 
