@@ -15,4 +15,7 @@ async def run(ctx: ServiceContext) -> None:
         ctx.engine, ctx.bus, AuditFile(ctx.settings.audit_path), ctx.settings.projector_batch
     )
     ctx.facts["applied"] = lambda: projector.applied
+    # Read by readiness: the gateway answers 503 while `healthy` is False.
+    for key in ("lag", "checkpoint", "set_aside", "healthy", "problem"):
+        ctx.facts[key] = lambda key=key: projector.facts()[key]
     await projector.run(ctx.stop)

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
 from sqlalchemy import Table
 
+from hpc_ds1.audit import audit_record
 from hpc_ds1.db import tables
 from hpc_ds1.events import (
     ApprovalDecided,
@@ -54,6 +54,7 @@ class Folded:
     writes: list[Write]
     audit: dict[str, Any]
     problem: str | None = None
+    data: bytes = b""  # the stored message, kept whole if Postgres refuses its rows
 
 
 def _device_registered(seq: int, env: Envelope, e: DeviceRegistered) -> list[Write]:
@@ -244,7 +245,9 @@ PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
 
 
 def fold(seq: int, subject: str, data: bytes) -> Folded:
-    """Never raises: a malformed or unknown event still yields its raw row and audit record."""
+    """Never raises: a malformed or unknown event still yields its raw row and audit record.
+    Whether Postgres takes the rows is seen only when they are written (store.apply)."""
+    audit = audit_record(seq, subject, data)
     try:
         env = decode(data, subject)
     except MalformedEvent as error:
@@ -257,8 +260,7 @@ def fold(seq: int, subject: str, data: bytes) -> Folded:
             "error": str(error),
             "raw": text,
         }
-        audit = {"seq": seq, "subject": subject, "malformed": str(error), "raw": text}
-        return Folded(seq, raw, [], audit, problem=str(error))
+        return Folded(seq, raw, [], audit, str(error), data)
     raw = {
         "seq": seq,
         "event_id": env.id,
@@ -273,18 +275,62 @@ def fold(seq: int, subject: str, data: bytes) -> Folded:
         "data": env.data,
         "valid": True,
     }
-    # The stored JSON is already the envelope's canonical form; no need to re-serialize it.
-    audit = {"seq": seq, **orjson.loads(data)}
     try:
         event = typed(env)
     except MalformedEvent as error:
-        return Folded(seq, {**raw, "valid": False, "error": str(error)}, [], audit, str(error))
+        problem = str(error)
+        return Folded(seq, {**raw, "valid": False, "error": problem}, [], audit, problem, data)
     if event is None:
         problem = f"unknown event type {env.type!r}"
-        return Folded(seq, {**raw, "error": problem}, [], audit, problem)
+        return Folded(seq, {**raw, "error": problem}, [], audit, problem, data)
     project = PROJECTIONS.get(type(event))
-    writes = project(seq, env, event) if project else []
-    return Folded(seq, raw, writes, audit)
+    try:
+        writes = project(seq, env, event) if project else []
+    except Exception as error:  # a fold bug sets this event aside, never the ones after it
+        problem = f"cannot fold {env.type}: {type(error).__name__}: {error}"
+        return Folded(seq, {**raw, "valid": False, "error": problem}, [], audit, problem, data)
+    return Folded(seq, raw, writes, audit, None, data)
+
+
+def storable(text: str, limit: int | None = None) -> str:
+    """Text Postgres takes: NUL escaped, lone surrogates replaced, optionally cut to `limit`."""
+    text = text.replace("\x00", "\\u0000")
+    text = text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """An event Postgres refused: kept with why, its raw row reduced to what always fits."""
+
+    seq: int
+    row: dict[str, Any]
+    raw_row: dict[str, Any]
+
+
+def set_aside(item: Folded, reason: str) -> SetAside:
+    raw = item.raw_row
+    event_id = raw.get("event_id")
+    kind = raw.get("type")
+    subject = storable(str(raw.get("subject", "")))
+    why = storable(reason, 1000)
+    row = {
+        "seq": item.seq,
+        "subject": subject,
+        "event_id": storable(event_id) if isinstance(event_id, str) else None,
+        "type": storable(kind) if isinstance(kind, str) else None,
+        "reason": why,
+        "raw": item.data,
+    }
+    kept = {
+        "seq": item.seq,
+        "type": row["type"] or "malformed",
+        "subject": subject,
+        "valid": False,
+        "error": f"set aside: {why}",
+        "raw": storable(item.data.decode("utf-8", errors="replace")),
+    }
+    return SetAside(item.seq, row, kept)
 
 
 def find_gaps(checkpoint: int, seqs: list[int]) -> list[tuple[int, int]]:

@@ -1,28 +1,51 @@
-"""The projector loop: read the log in order from the checkpoint, fold, write, commit."""
+"""The projector loop: read the log in order from the checkpoint, fold, write, commit.
+
+A poison event (a value Postgres refuses: an integer past bigint, a NUL byte in text, an event
+id seen before) is set aside with its reason and the projector goes on; only a failure of
+Postgres or NATS themselves holds it, and then its status facts say so (`healthy: false`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
-from hpc_ds1.audit import AuditFile
+from hpc_ds1.audit import ANCHOR_TYPE, AuditFile
 from hpc_ds1.bus import EventBus, RawEvent
+from hpc_ds1.db import tables
+from hpc_ds1.events import AuditCheckpoint, envelope
 from hpc_ds1.log import get_logger
 
 from .domain import Folded, find_gaps, fold
-from .store import apply_batch, read_checkpoint, record_gaps, truncate_read_models
+from .store import Applied, apply, read_checkpoint, record_gaps, truncate_read_models
 
 log = get_logger("projector")
 
+ANCHOR_EVERY_S = 60.0  # at most one audit anchor a minute, and only after other events
+STUCK_AFTER_S = 5.0  # the same position failing this long: unhealthy
+STALLED_AFTER_S = 15.0  # events waiting and the checkpoint still this long: unhealthy
 
-def project(engine: Engine, events: Sequence[RawEvent], audit: AuditFile | None) -> int:
-    """Fold and apply one batch in one transaction; returns how many were new."""
+
+@dataclass(frozen=True)
+class BatchResult:
+    applied: int
+    set_aside: int
+    checkpoint: int
+    audited: list[dict[str, Any]]  # the audit records written for this batch
+
+
+def project_batch(
+    engine: Engine, events: Sequence[RawEvent], audit: AuditFile | None
+) -> BatchResult:
+    """Fold and apply one batch in one transaction (a refused event set aside, not the batch)."""
     folded = [fold(e.seq, e.subject, e.data) for e in events]
     with engine.begin() as conn:
         checkpoint = read_checkpoint(conn, lock=True)
@@ -30,48 +53,154 @@ def project(engine: Engine, events: Sequence[RawEvent], audit: AuditFile | None)
         if missing:
             log.warning("sequence_gap", missing=[f"{a}-{b}" for a, b in missing])
             record_gaps(conn, missing)
-        fresh, _ = apply_batch(conn, folded, checkpoint)
-        _report_problems(fresh)
+        result = apply(conn, folded, checkpoint)
+        _report_problems(result)
+        audited: list[dict[str, Any]] = []
         if audit is not None:
             # Written before the commit: a crash in between leaves the file ahead of the
             # checkpoint, and AuditFile skips the replayed sequences instead of duplicating them.
-            audit.append(f.audit for f in fresh)
-    return len(fresh)
+            # Every event beyond the file's end is written, applied now or before (by a
+            # rebuild, or before the file lost a torn line), so the file never has a hole.
+            audited = [f.audit for f in folded if f.seq > audit.last_seq]
+            audit.append(audited)
+    return BatchResult(len(result.applied), len(result.set_aside), result.checkpoint, audited)
 
 
-def _report_problems(folded: Sequence[Folded]) -> None:
-    for item in folded:
+def project(engine: Engine, events: Sequence[RawEvent], audit: AuditFile | None) -> int:
+    """Fold and apply one batch in one transaction; returns how many were new."""
+    result = project_batch(engine, events, audit)
+    return result.applied + result.set_aside
+
+
+def _report_problems(result: Applied) -> None:
+    for item in result.applied:
         if item.problem:
-            log.warning("event_set_aside", seq=item.seq, problem=item.problem)
+            log.warning("event_kept_invalid", seq=item.seq, problem=item.problem)
+    for aside in result.set_aside:
+        log.error("event_set_aside", seq=aside.seq, reason=aside.row["reason"])
 
 
 class Projector:
-    def __init__(self, engine: Engine, bus: EventBus, audit: AuditFile, batch: int = 500) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        bus: EventBus,
+        audit: AuditFile,
+        batch: int = 500,
+        anchor_every_s: float = ANCHOR_EVERY_S,
+        stuck_after_s: float = STUCK_AFTER_S,
+        stalled_after_s: float = STALLED_AFTER_S,
+    ) -> None:
         self.engine = engine
         self.bus = bus
         self.audit = audit
         self.batch = batch
+        self.anchor_every_s = anchor_every_s
+        self.stuck_after_s = stuck_after_s
+        self.stalled_after_s = stalled_after_s
         self.applied = 0
+        self.checkpoint = 0
+        self.stream_last = 0
+        self.set_aside = 0
+        self.anchors = 0
+        self._failing_since: float | None = None
+        self._failure = ""
+        self._progress_at = time.monotonic()
+        self._anchored_at = time.monotonic()
+        # Whether the file holds events no anchor covers yet (an anchor itself does not count,
+        # so the projector never anchors its own anchors).
+        self._unanchored = audit.last_seq > 0 and audit.last_type != ANCHOR_TYPE
+
+    # --- health ------------------------------------------------------------------------
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.stream_last - self.checkpoint)
+
+    def problem(self) -> str | None:
+        now = time.monotonic()
+        if self._failing_since is not None and now - self._failing_since > self.stuck_after_s:
+            return (
+                f"stuck at seq {self.checkpoint + 1} for {now - self._failing_since:.0f} s: "
+                f"{self._failure}"
+            )
+        if self.lag > 0 and now - self._progress_at > self.stalled_after_s:
+            return f"no progress for {now - self._progress_at:.0f} s with {self.lag} events waiting"
+        return None
+
+    def facts(self) -> dict[str, Any]:
+        """What the status reply carries: the gateway turns healthy=False into a 503."""
+        problem = self.problem()
+        return {
+            "lag": self.lag,
+            "checkpoint": self.checkpoint,
+            "set_aside": self.set_aside,
+            "healthy": problem is None,
+            "problem": problem,
+        }
+
+    def _advanced(self, checkpoint: int) -> None:
+        if checkpoint > self.checkpoint or self.lag == 0:
+            self._progress_at = time.monotonic()
+        self.checkpoint = max(self.checkpoint, checkpoint)
+
+    def _failed(self, error: BaseException) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+        self._failure = type(getattr(error, "orig", None) or error).__name__
+
+    # --- running -----------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        monitor = asyncio.create_task(self._monitor(stop))
+        try:
+            while not stop.is_set():
+                try:
+                    await self._follow(stop)
+                except Exception as error:  # it never stops; it resumes from Postgres
+                    self._failed(error)
+                    log.error("projector_error", error=repr(error)[:500])
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 1.0)
+        finally:
+            monitor.cancel()
+            await asyncio.gather(monitor, return_exceptions=True)
+
+    async def _monitor(self, stop: asyncio.Event) -> None:
+        """Refresh what the health facts compare: the log's end, the checkpoint (a rebuild may
+        move it) and the count of events set aside."""
         while not stop.is_set():
-            try:
-                await self._follow(stop)
-            except Exception as error:  # the projector never stops; it resumes from Postgres
-                log.error("projector_error", error=repr(error))
-                await asyncio.sleep(1.0)
+            with contextlib.suppress(Exception):
+                self.stream_last = await self.bus.last_sequence()
+            with contextlib.suppress(Exception):
+                checkpoint, aside = await asyncio.to_thread(self._read_state)
+                self._advanced(checkpoint)
+                self.checkpoint, self.set_aside = checkpoint, aside
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    def _read_state(self) -> tuple[int, int]:
+        with self.engine.begin() as conn:
+            checkpoint = read_checkpoint(conn)
+            aside = conn.execute(select(func.count()).select_from(tables.set_aside)).scalar_one()
+        return checkpoint, int(aside)
 
     async def _follow(self, stop: asyncio.Event) -> None:
         # The checkpoint lives in Postgres, committed with the rows, so the stream position is
-        # taken from there: an ordered, ack-less consumer starting right after it.
-        checkpoint = await asyncio.to_thread(self._checkpoint)
+        # taken from there (or from the audit file's end, when the file is behind it: a torn
+        # line cut off, or a rebuild that went past the live projector): an ordered, ack-less
+        # consumer starting right after it.
+        checkpoint, aside = await asyncio.to_thread(self._read_state)
+        self._advanced(checkpoint)
+        self.set_aside = aside
+        start = min(checkpoint, self.audit.last_seq) + 1
         sub = await self.bus.js.pull_subscribe(
             f"{self.bus.prefix}.>",
             durable=None,
             stream=self.bus.stream,
             config=ConsumerConfig(
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=checkpoint + 1,
+                opt_start_seq=start,
                 ack_policy=AckPolicy.NONE,
                 inactive_threshold=60.0,
                 mem_storage=True,
@@ -84,20 +213,30 @@ class Projector:
                 events = await fetching
                 fetching = asyncio.create_task(self._fetch(sub))
                 if not events:
+                    self._failing_since = None
+                    await self._maybe_anchor()
                     continue
                 started = time.perf_counter()
-                fresh = await asyncio.to_thread(project, self.engine, events, self.audit)
-                self.applied += fresh
+                result = await asyncio.to_thread(project_batch, self.engine, events, self.audit)
+                self._failing_since = None
+                self.applied += result.applied
+                self.set_aside += result.set_aside
+                self._advanced(result.checkpoint)
+                if any(r.get("type") != ANCHOR_TYPE for r in result.audited):
+                    self._unanchored = True
                 log.debug(
                     "batch",
                     events=len(events),
-                    applied=fresh,
+                    applied=result.applied,
+                    set_aside=result.set_aside,
                     ms=round((time.perf_counter() - started) * 1000, 2),
                 )
+                await self._maybe_anchor()
         finally:
             fetching.cancel()
             await asyncio.gather(fetching, return_exceptions=True)
-            await sub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[RawEvent]:
         try:
@@ -106,14 +245,31 @@ class Projector:
             return []
         return [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
 
-    def _checkpoint(self) -> int:
-        with self.engine.begin() as conn:
-            return read_checkpoint(conn)
+    async def _maybe_anchor(self) -> None:
+        if self._unanchored and time.monotonic() - self._anchored_at >= self.anchor_every_s:
+            await self.anchor()
+
+    async def anchor(self) -> int | None:
+        """Append an `audit.checkpoint` event: the audit file's last sequence and hash now."""
+        if self.audit.last_seq == 0:
+            return None
+        event = AuditCheckpoint(
+            seq=self.audit.last_seq, hash=self.audit.last_hash, lines=self.audit.lines
+        )
+        seq = await self.bus.publish(
+            envelope(event, actor="projector", source="projector", prefix=self.bus.prefix)
+        )
+        self._anchored_at = time.monotonic()
+        self._unanchored = False
+        self.anchors += 1
+        log.info("audit_anchored", seq=event.seq, hash=event.hash, event_seq=seq)
+        return seq
 
 
 async def rebuild(engine: Engine, bus: EventBus, batch: int = 2000) -> int:
     """Empty the read models and fold the whole log again, in one transaction; the live
-    projector waits on the checkpoint lock and then finds nothing left to do."""
+    projector waits on the checkpoint lock and then finds nothing left to do. An event
+    Postgres refuses is set aside, as the live projector does."""
     end = await bus.last_sequence()
     chunks: list[list[Folded]] = []
     async for chunk in bus.replay(1, stop_at=end, batch=batch):
@@ -124,10 +280,16 @@ async def rebuild(engine: Engine, bus: EventBus, batch: int = 2000) -> int:
             read_checkpoint(conn, lock=True)
             truncate_read_models(conn)
             checkpoint = 0
+            aside = 0
             for folded in chunks:
                 missing = find_gaps(checkpoint, [f.seq for f in folded])
                 record_gaps(conn, missing)
-                _, checkpoint = apply_batch(conn, folded, checkpoint)
+                result = apply(conn, folded, checkpoint)
+                _report_problems(result)
+                checkpoint = result.checkpoint
+                aside += len(result.set_aside)
+            if aside:
+                log.warning("rebuild_set_aside", events=aside)
             return checkpoint
 
     return await asyncio.to_thread(write)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
 import orjson
+import psycopg
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Table, bindparam, select, update
+from sqlalchemy import Connection, Table, bindparam, exc, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from hpc_ds1.db import tables
 
-from .domain import Folded, Write
+from .domain import Folded, SetAside, Write, set_aside
 
 PROJECTION = "main"
 
@@ -120,7 +122,7 @@ def apply_batch(
     conn: Connection, folded: Sequence[Folded], checkpoint: int
 ) -> tuple[list[Folded], int]:
     """Apply what lies beyond `checkpoint`; returns (applied, new checkpoint). The caller
-    holds the checkpoint lock and commits."""
+    holds the checkpoint lock and commits. Raises if Postgres refuses any row of the batch."""
     fresh = [f for f in folded if f.seq > checkpoint]
     if not fresh:
         return [], checkpoint
@@ -130,6 +132,82 @@ def apply_batch(
     last = max(f.seq for f in fresh)
     write_checkpoint(conn, last)
     return fresh, last
+
+
+def is_transient(error: BaseException) -> bool:
+    """A failure of the connection or the server, not of the data: retry later, never set the
+    event aside for it (Postgres restarting, a dropped connection, a deadlock, a full disk)."""
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    cause = getattr(error, "orig", None) or error
+    transient = (
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+        psycopg.InternalError,
+        exc.OperationalError,
+        exc.InterfaceError,
+        exc.InternalError,
+        exc.ResourceClosedError,
+        ConnectionError,
+        TimeoutError,
+    )
+    return isinstance(cause, transient) or isinstance(error, transient)
+
+
+def refusal(error: BaseException) -> str:
+    """One line saying why Postgres (or the encoder) refused an event, without the SQL."""
+    cause = getattr(error, "orig", None) or error
+    first = (str(cause).strip().splitlines() or [""])[0]
+    return f"{type(cause).__name__}: {first}"
+
+
+@dataclass(frozen=True)
+class Applied:
+    applied: list[Folded]
+    set_aside: list[SetAside]
+    checkpoint: int
+
+
+def apply(conn: Connection, folded: Sequence[Folded], checkpoint: int) -> Applied:
+    """Apply a batch; if Postgres refuses any of it, apply it again one event at a time, each
+    in its own savepoint, and set aside (with the reason) each event it refuses. A poison event
+    costs its own rows, never the events after it; a transient failure is raised."""
+    batch = conn.begin_nested()
+    try:
+        applied, last = apply_batch(conn, folded, checkpoint)
+    except Exception as error:
+        batch.rollback()
+        if is_transient(error):
+            raise
+    else:
+        batch.commit()
+        return Applied(applied, [], last)
+    return _apply_each(conn, [f for f in folded if f.seq > checkpoint], checkpoint)
+
+
+def _apply_each(conn: Connection, fresh: Sequence[Folded], checkpoint: int) -> Applied:
+    applied: list[Folded] = []
+    aside: list[SetAside] = []
+    for item in fresh:
+        one = conn.begin_nested()
+        try:
+            copy_rows(conn, tables.events, [item.raw_row])
+            _run_writes(conn, item.writes)
+        except Exception as error:
+            one.rollback()
+            if is_transient(error):
+                raise
+            kept = set_aside(item, refusal(error))
+            copy_rows(conn, tables.set_aside, [kept.row])
+            copy_rows(conn, tables.events, [kept.raw_row])
+            aside.append(kept)
+        else:
+            one.commit()
+            applied.append(item)
+    last = max((f.seq for f in fresh), default=checkpoint)
+    if last > checkpoint:
+        write_checkpoint(conn, last)
+    return Applied(applied, aside, max(last, checkpoint))
 
 
 def record_gaps(conn: Connection, missing: Sequence[tuple[int, int]]) -> None:

@@ -9,6 +9,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -48,6 +49,17 @@ gaps = Table(
     metadata,
     Column("from_seq", BigInteger, primary_key=True, autoincrement=False),
     Column("to_seq", BigInteger, nullable=False),
+)
+
+set_aside = Table(
+    "projection_set_aside",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("subject", Text, nullable=False),
+    Column("event_id", Text, doc="The envelope's id, when it has one (NUL bytes escaped)."),
+    Column("type", Text),
+    Column("reason", Text, nullable=False, doc="Why Postgres (or the fold) refused it."),
+    Column("raw", LargeBinary, nullable=False, doc="The stored message's bytes, unchanged."),
 )
 
 devices = Table(
@@ -198,6 +210,7 @@ tokens = Table(
 READ_MODELS: tuple[Table, ...] = (
     events,
     gaps,
+    set_aside,
     devices,
     measurements,
     models,

@@ -274,6 +274,21 @@ class TokenRevoked(Event):
     token_id: str
 
 
+class AuditCheckpoint(Event):
+    """The projector's anchor of the audit file in the log: the file held every projected event
+    up to `seq`, and its line there has hash `hash` (`hpc-ds1 audit verify` checks the file
+    against it, so a file cut short or rewritten is found)."""
+
+    aggregate = "audit"
+    name = "checkpoint"
+    id_field = "projection"
+
+    projection: str = Field(default="main", pattern=r"^[A-Za-z0-9_\-:]{1,64}$")
+    seq: int = Field(ge=0, description="The last stream sequence the audit file held.")
+    hash: str = Field(pattern=r"^[0-9a-f]{64}$", description="The file's line hash at `seq`.")
+    lines: int = Field(ge=0, description="How many lines the file held.")
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.event_type(): cls
     for cls in (
@@ -294,5 +309,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalDecided,
         TokenCreated,
         TokenRevoked,
+        AuditCheckpoint,
     )
 }
