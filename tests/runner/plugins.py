@@ -68,7 +68,7 @@ class Hang:
 
 
 def _prepare_hang(ctx: RankContext, n: int, tile: int) -> Hang:
-    pid_dir = os.environ.get("HPC_DS1_TEST_PID_DIR")
+    pid_dir = os.environ.get("HPCDS1_TEST_PID_DIR")
     if pid_dir:
         Path(pid_dir, f"{os.getpid()}.pid").write_text(str(os.getpid()))
     return Hang(ctx)

@@ -20,7 +20,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_timeout_kills_the_process_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HPC_DS1_TEST_PID_DIR", str(tmp_path))
+    monkeypatch.setenv("HPCDS1_TEST_PID_DIR", str(tmp_path))
     register(plugins.HANG, replace=True)
     register(plugins.VECTOR_SUM, replace=True)
     c = Config(ranks=2, threads=1, tile=1)

@@ -1,18 +1,26 @@
 """run() and run_many(): jobs for real under `mpiexec`, one launch per ranks value, with
-timeouts that kill the whole process group. Command-template workloads run their own command."""
+timeouts that kill the whole process group. Command-template workloads run their own command.
+
+Every launch runs under a guard (see procs.py) with an absolute deadline, and every rank carries
+its own deadline too, so a job never outlives its runner nor its timeout. Jobs get a scrubbed
+environment (`job_env`): an allowlist, and never a setting of this service nor anything named
+like a credential."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_ds1.devicelock import Cancelled
 from hpc_ds1.runner.jobspec import JobSpec
 from hpc_ds1.runner.noise import coefficient_of_variation, relative_spread
 from hpc_ds1.runner.procs import Process
@@ -26,21 +34,47 @@ from hpc_ds1.workloads.command import CommandOutputError, parse_output
 DEFAULT_TIMEOUT_S = 300.0
 LAUNCH_TIMEOUT_S = 120.0
 BUILTIN_PREFIX = "hpc_ds1.workloads."
+# Past the runner's own timeout, the guard and the ranks wait this long before killing themselves
+# (the runner normally kills first and reports the timeout).
+GRACE_S = 15.0
+
+# What a job may see of this process's environment: these names and prefixes only...
+ENV_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "PWD",
+        "TMPDIR", "TMP", "TEMP", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX",
+        "LD_LIBRARY_PATH", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "HOSTNAME",
+    }
+)  # fmt: skip
+ENV_PREFIXES = (
+    "LC_", "OMP_", "KMP_", "GOMP_", "NUMBA_", "MKL_", "OPENBLAS_", "BLIS_", "MPI", "HYDRA_",
+    "PMI_", "PMIX_", "OMPI_", "I_MPI_", "FI_", "UCX_", "CUDA_", "NVIDIA_", "ROCR_", "HIP_",
+    "SLURM_", "PBS_", "PALS_", "HPCDS1_",
+)  # fmt: skip
+# ...and never one named like a credential, nor a setting of this service (HPC_DS1_*).
+ENV_DENY = re.compile(r"URL|PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL|^HPC_DS1_", re.IGNORECASE)
 
 
-def mpiexec_path() -> str:
-    local = Path(sys.executable).with_name("mpiexec")
-    return str(local) if local.exists() else "mpiexec"
-
-
-def _env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
+def job_env(threads: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a job: allowlisted variables of `base` (default: this process's),
+    thread counts for `threads`, and a PYTHONPATH that finds this package and its plug-ins."""
+    source = os.environ if base is None else base
+    env = {
+        k: v
+        for k, v in source.items()
+        if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not ENV_DENY.search(k)
+    }
     env["NUMBA_NUM_THREADS"] = str(max(threads, 1))
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         env[var] = "1"
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
+
+
+def mpiexec_path() -> str:
+    local = Path(sys.executable).with_name("mpiexec")
+    return str(local) if local.exists() else "mpiexec"
 
 
 def _spec(job: Job, wl: Workload) -> JobSpec:
@@ -103,24 +137,38 @@ def _parse(line: str) -> dict[str, Any] | None:
 
 
 def _run_batch(
-    ranks: int, batch: list[tuple[Job, Workload]], timeout_s: float, launch_timeout_s: float
+    ranks: int,
+    batch: list[tuple[Job, Workload]],
+    timeout_s: float,
+    launch_timeout_s: float,
+    cancel: threading.Event | None = None,
 ) -> list[RunResult]:
     """Run jobs in one launch; after a timeout or a crash, relaunch for the jobs left."""
     results: list[RunResult] = []
     pending = list(batch)
     while pending:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("cancelled before the job started")
         specs = [_spec(job, wl) for job, wl in pending]
-        argv = [*_launch_argv(ranks, specs), "--launched-at", repr(time.time())]
-        env = _env(max(job.config.threads for job, _ in pending))
-        command = shlex.join(argv[:-2])
+        base = _launch_argv(ranks, specs)
+        now = time.time()
+        # Each rank kills itself past its own deadline (timeouts plus grace), runner or not.
+        limits = ["--job-timeout-s", repr(timeout_s + GRACE_S)]
+        limits += ["--launch-deadline", repr(now + launch_timeout_s + GRACE_S)]
+        argv = [*base, *limits, "--launched-at", repr(now)]
+        env = job_env(max(job.config.threads for job, _ in pending))
+        command = shlex.join(base)
         launched = time.monotonic()
         done = 0
-        with Process(argv, env) as proc:
+        whole = now + launch_timeout_s + len(pending) * timeout_s + GRACE_S
+        with Process(argv, env, deadline=whole, cancel=cancel) as proc:
             startup: float | None = None
             failure: tuple[Status, str] | None = None
             deadline = launched + launch_timeout_s
             while done < len(pending):
                 kind, line = proc.next_line(deadline)
+                if kind == "cancelled":
+                    raise Cancelled("cancelled while the job ran; its processes were killed")
                 if kind == "timeout":
                     what = "start" if startup is None else f"finish within {timeout_s:g} s"
                     failure = (Status.TIMED_OUT, f"did not {what}; process group killed")
@@ -170,7 +218,9 @@ def _run_batch(
     return results
 
 
-def _run_command(job: Job, wl: CommandWorkload, timeout_s: float) -> RunResult:
+def _run_command(
+    job: Job, wl: CommandWorkload, timeout_s: float, cancel: threading.Event | None = None
+) -> RunResult:
     c = job.config
     values = {
         "ranks": c.ranks,
@@ -186,13 +236,18 @@ def _run_command(job: Job, wl: CommandWorkload, timeout_s: float) -> RunResult:
     check = None
     warmup = 0.0
     for attempt in range(job.repeats + 1):  # the first run is the warm-up
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("cancelled before the job finished")
         started = time.monotonic()
+        deadline = time.time() + timeout_s + GRACE_S
         try:
-            proc = Process(argv, _env(c.threads))
+            proc = Process(argv, job_env(c.threads), deadline=deadline, cancel=cancel)
         except OSError as error:
             return _result(job, wl, Status.FAILED, command, error=f"cannot start: {error}")
         with proc:
             code = proc.wait(timeout_s)
+            if code is None and proc.cancelled():
+                raise Cancelled("cancelled while the job ran; its processes were killed")
             if code is None:
                 return _result(
                     job,
@@ -203,6 +258,8 @@ def _run_command(job: Job, wl: CommandWorkload, timeout_s: float) -> RunResult:
                     error=f"did not finish within {timeout_s:g} s; process group killed",
                 )
         wall = time.monotonic() - started
+        if code == 127 and "cannot start" in proc.stderr_text():
+            return _result(job, wl, Status.FAILED, command, error=proc.stderr_text())
         if code != 0:
             tail = proc.stderr_text() or proc.output_text()
             return _result(job, wl, Status.FAILED, command, error=f"exit status {code}: {tail}")
@@ -227,11 +284,13 @@ def run_many(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     launch_timeout_s: float = LAUNCH_TIMEOUT_S,
     space: ConfigSpace | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[RunResult]:
     """Run jobs, one `mpiexec` launch per ranks value; results in the order of `jobs`.
 
     Every job is validated first (InvalidJob before anything starts). `timeout_s` bounds each
-    job (from its start inside the launch, warm-up and JIT included)."""
+    job (from its start inside the launch, warm-up and JIT included). Setting `cancel` kills
+    the running job within a fraction of a second and raises Cancelled."""
     checked = []
     for job in jobs:
         wl, _ = validate(job.workload, job.size, job.config, space)
@@ -242,13 +301,13 @@ def run_many(
     groups: dict[int, list[int]] = {}
     for i, (job, wl) in enumerate(checked):
         if isinstance(wl, CommandWorkload):
-            out[i] = _run_command(job, wl, timeout_s)
+            out[i] = _run_command(job, wl, timeout_s, cancel)
         else:
             groups.setdefault(job.config.ranks, []).append(i)
     for ranks, indices in sorted(groups.items()):
         batch = [checked[i] for i in indices]
         for i, result in zip(
-            indices, _run_batch(ranks, batch, timeout_s, launch_timeout_s), strict=True
+            indices, _run_batch(ranks, batch, timeout_s, launch_timeout_s, cancel), strict=True
         ):
             out[i] = result
     return [out[i] for i in range(len(checked))]
@@ -262,8 +321,10 @@ def run(
     repeats: int = 3,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     space: ConfigSpace | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunResult:
-    """Run one job for real and return its result (InvalidJob if it cannot be launched)."""
+    """Run one job for real and return its result (InvalidJob if it cannot be launched;
+    Cancelled when `cancel` is set before it ends)."""
     name = workload.name if isinstance(workload, Workload) else workload
     job = Job(workload=name, size=check_size(size), config=config, repeats=repeats)
     if isinstance(workload, Workload):
@@ -273,4 +334,4 @@ def run(
             register(workload, replace=True)
         elif get_workload(name) is not workload:
             raise InvalidJob(f"another workload named {name!r} is already registered")
-    return run_many([job], timeout_s=timeout_s, space=space)[0]
+    return run_many([job], timeout_s=timeout_s, space=space, cancel=cancel)[0]

@@ -1,5 +1,6 @@
-"""Process management: start a command in its own session, read its lines with deadlines, and
-kill the whole process group (and any descendant that left it) so nothing is left behind."""
+"""Process management: start a command under its guard (`guard.py`) in its own session, read its
+lines with deadlines, and kill the whole process group (and any descendant that left it) so
+nothing is left behind, even when this process dies first: the guard then kills the job."""
 
 from __future__ import annotations
 
@@ -8,15 +9,22 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
 EOF_MARK = None
+GUARD = str(Path(__file__).with_name("guard.py"))
+MARKER_VAR = "HPCDS1_JOB"  # every process of a job carries its marker in the environment
+POLL_S = 0.1
+DEFAULT_DEADLINE_S = 7 * 86400.0
 
 
 @dataclass
@@ -25,23 +33,52 @@ class Process:
 
     argv: Sequence[str]
     env: Mapping[str, str] | None = None
+    deadline: float | None = None  # epoch seconds: the guard kills the job then, whatever happens
+    cancel: threading.Event | None = None
+    marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     popen: subprocess.Popen[str] = field(init=False)
     lines: queue.Queue[str | None] = field(default_factory=queue.Queue, init=False)
     stdout_tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), init=False)
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), init=False)
 
     def __post_init__(self) -> None:
-        self.popen = subprocess.Popen(
-            list(self.argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(self.env) if self.env is not None else None,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._pump_stdout, daemon=True).start()
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        from hpc_ds1.devicelock import held
+
+        env = dict(os.environ if self.env is None else self.env)
+        env[MARKER_VAR] = self.marker
+        deadline = self.deadline if self.deadline is not None else time.time() + DEFAULT_DEADLINE_S
+        lock = held()
+        owner_r, self._owner_w = os.pipe()  # the guard sees EOF when this process is gone
+        keep = [owner_r] + ([lock.fd] if lock is not None else [])
+        argv = [sys.executable, GUARD, "--owner-fd", str(owner_r), "--deadline", repr(deadline)]
+        argv += [f"--hold-fd={fd}" for fd in keep[1:]]
+        self._lock = lock
+        if lock is not None:
+            lock.record_job(self.marker)
+        try:
+            self.popen = subprocess.Popen(
+                [*argv, "--", *self.argv],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                start_new_session=True,
+                pass_fds=keep,
+            )
+        except BaseException:
+            os.close(self._owner_w)
+            if lock is not None:
+                lock.clear_job()
+            raise
+        finally:
+            os.close(owner_r)
+        self._pumps = [
+            threading.Thread(target=self._pump_stdout, daemon=True),
+            threading.Thread(target=self._pump_stderr, daemon=True),
+        ]
+        for pump in self._pumps:
+            pump.start()
 
     def _pump_stdout(self) -> None:
         assert self.popen.stdout is not None
@@ -55,25 +92,42 @@ class Process:
         for line in self.popen.stderr:
             self.stderr_tail.append(line.rstrip("\n"))
 
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
     def next_line(self, deadline: float) -> tuple[str, str | None]:
-        """("line", text), ("eof", None) when stdout closed, or ("timeout", None)."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "timeout", None
-        try:
-            item = self.lines.get(timeout=remaining)
-        except queue.Empty:
-            return "timeout", None
-        if item is EOF_MARK:
-            self.lines.put(EOF_MARK)  # stay at EOF for later calls
-            return "eof", None
-        return "line", item
+        """("line", text), ("eof", None) when stdout closed, ("timeout", None) at the monotonic
+        `deadline`, or ("cancelled", None) as soon as `cancel` is set."""
+        while True:
+            if self.cancelled():
+                return "cancelled", None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout", None
+            try:
+                item = self.lines.get(timeout=min(remaining, POLL_S))
+            except queue.Empty:
+                continue
+            if item is EOF_MARK:
+                self.lines.put(EOF_MARK)  # stay at EOF for later calls
+                return "eof", None
+            return "line", item
 
     def wait(self, timeout: float) -> int | None:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        """The exit status, or None after `timeout` s or as soon as `cancel` is set."""
+        end = time.monotonic() + timeout
+        while True:
+            slice_s = min(end - time.monotonic(), POLL_S if self.cancel is not None else timeout)
+            try:
+                code = self.popen.wait(timeout=max(slice_s, 0.0))
+            except subprocess.TimeoutExpired:
+                if self.cancelled() or time.monotonic() >= end:
+                    return None
+                continue
+            # The guard has killed what was left of the job: its pipes close, read them out.
+            for pump in self._pumps:
+                pump.join(timeout=5)
+            return code
 
     def stderr_text(self, lines: int = 20) -> str:
         return "\n".join(list(self.stderr_tail)[-lines:])
@@ -86,6 +140,11 @@ class Process:
         kill_tree(self.popen.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            os.close(self._owner_w)
+        kill_marked(self.marker)  # anything that escaped the tree (it carries the marker)
+        if self._lock is not None:
+            self._lock.clear_job()
 
     def __enter__(self) -> Process:
         return self
@@ -105,3 +164,28 @@ def kill_tree(pid: int) -> None:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(descendants, timeout=5)
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    """This user's processes whose environment carries the job marker `marker`."""
+    uid = os.getuid()
+    found = []
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            if proc.info["uids"] is None or proc.info["uids"].real != uid:
+                continue
+            if proc.environ().get(MARKER_VAR) == marker:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def kill_marked(marker: str) -> int:
+    """SIGKILL every process of the job `marker` (a job left behind); how many there were."""
+    procs = marked(marker)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=5)
+    return len(procs)

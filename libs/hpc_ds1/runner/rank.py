@@ -3,21 +3,55 @@
 Every rank runs the jobs in turn. Per job: prepare (collective), one untimed warm-up (JIT and
 thread-pool start), `repeats` timed runs between barriers (a run's time is the slowest rank's),
 the check, then resident memory. Rank 0 reports one `@@HPCDS1 {json}` line per event on stdout.
-A job that raises aborts the whole MPI job (the launcher relaunches for the jobs after it)."""
+A job that raises aborts the whole MPI job (the launcher relaunches for the jobs after it).
+
+A rank never outlives its launcher nor its deadline, even inside a kernel that holds the GIL:
+the kernel sends it SIGKILL when its parent (the MPI launcher's proxy) dies, and SIGALRM (whose
+default action ends the process) at `--launch-deadline` before the first job and
+`--job-timeout-s` after each job's start; a watchdog thread also exits when it is reparented."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
 PREFIX = "@@HPCDS1 "
+PR_SET_PDEATHSIG = 1
+WATCH_S = 0.5
+
+
+def die_with_parent() -> None:
+    """SIGKILL from the kernel when the parent dies; a thread that exits once reparented."""
+    parent = os.getppid()
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(137)
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCH_S)
+            if os.getppid() != parent:
+                os._exit(137)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def alarm_in(seconds: float) -> None:
+    """End this process (SIGALRM, default action) `seconds` from now, replacing any alarm."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
 
 
 def emit(event: dict[str, Any]) -> None:
@@ -75,7 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpc_ds1.runner.rank")
     parser.add_argument("--job", action="append", default=[], type=JobSpec.decode)
     parser.add_argument("--launched-at", type=float, default=None)
+    parser.add_argument("--launch-deadline", type=float, default=None, help="epoch seconds")
+    parser.add_argument("--job-timeout-s", type=float, default=None)
     args = parser.parse_args(argv)
+    die_with_parent()
+    if args.launch_deadline is not None:
+        alarm_in(args.launch_deadline - time.time())
 
     from mpi4py import MPI
 
@@ -88,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rank == 0:
         emit({"event": "ready", "startup_s": startup, "ranks": comm.Get_size()})
     for index, spec in enumerate(args.job):
+        if args.job_timeout_s is not None:
+            alarm_in(args.job_timeout_s)
         if rank == 0:
             emit({"event": "start", "index": index})
         try:
