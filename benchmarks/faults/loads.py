@@ -1,0 +1,28 @@
+"""How much work each scenario does: FULL for the benchmark, SMALL for CI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Load:
+    nats_events: int = 3000  # published per repetition while nats-server is killed
+    backlog: int = 20_000  # events waiting when the projector starts
+    live: int = 2000  # events published while Postgres or the projector is down
+    montecarlo_size: int = 20_000_000  # the agent's job: seconds of real work under 2 ranks
+    orphan_grace_s: float = 5.0  # how long a killed agent's job may take to disappear
+    session_size: int = 288  # gemm size of the coordinator's tuning sessions
+    cut_events: int = 2000
+    cut_down_s: float = 3.0
+
+
+FULL = Load()
+SMALL = Load(
+    nats_events=600,
+    backlog=4000,
+    live=400,
+    montecarlo_size=8_000_000,
+    cut_events=400,
+    cut_down_s=2.0,
+)
