@@ -1,10 +1,18 @@
-"""A real run's result as the event that records it."""
+"""A real run's result as the event that records it, and its publication (retried)."""
 
 from __future__ import annotations
 
-from hpc_ds1.events import MeasurementRecorded, new_id
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.events import Envelope, MeasurementRecorded, new_id
+from hpc_ds1.log import get_logger
 from hpc_ds1.runner import RunResult
 from hpc_ds1.space import Config
+
+log = get_logger("measure")
+PUBLISH_RETRY_DELAYS_S = (0.25, 0.5, 1.0, 2.0)
 
 
 def config_key(config: Config) -> str:
@@ -36,3 +44,25 @@ def measurement_event(
         held_out=held_out,
         purpose=purpose,
     )
+
+
+async def publish_retrying(
+    bus: EventBus,
+    env: Envelope,
+    delays_s: Sequence[float] = PUBLISH_RETRY_DELAYS_S,
+    on_retry: Callable[[int, Exception], Awaitable[None]] | None = None,
+) -> int:
+    """Publish `env`, again after each delay while it fails (the same envelope, so the same
+    event id: the stream's deduplication stores it once); its sequence, or the last error.
+    `on_retry(attempt, error)` is awaited before each new attempt."""
+    for attempt in range(len(delays_s) + 1):
+        try:
+            return await bus.publish(env)
+        except Exception as error:
+            if attempt == len(delays_s):
+                raise
+            log.warning("publish_retry", event_id=env.id, attempt=attempt + 1, error=repr(error))
+            if on_retry is not None:
+                await on_retry(attempt + 1, error)
+            await asyncio.sleep(delays_s[attempt])
+    raise AssertionError("unreachable")

@@ -1,5 +1,6 @@
 """The agent: one per device; registers it with its hardware fingerprint and runs its jobs for
-real, one at a time, recording each run as a measurement event."""
+real, one at a time in the order they were asked for, recording each run as a measurement event.
+Its runs are capped (HPC_DS1_MAX_RUN_S) and killed when it stops."""
 
 from __future__ import annotations
 
@@ -27,14 +28,19 @@ async def run(ctx: ServiceContext) -> None:
     )
     ctx.facts["device_id"] = hardware.device_id
     jobs = JobRunner(ctx, hardware.device_id)
-    # Listen before announcing: whoever sees the registration can send work at once.
-    sub = await ctx.bus.nc.subscribe(
-        agent_run_subject(ctx.settings, hardware.device_id), cb=jobs.handle
-    )
-    await ctx.bus.publish(
-        envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
-    )
+    ctx.facts["queued_runs"] = jobs.queued
+    jobs.start()
     try:
-        await ctx.stop.wait()
+        # Listen before announcing: whoever sees the registration can send work at once.
+        sub = await ctx.bus.nc.subscribe(
+            agent_run_subject(ctx.settings, hardware.device_id), cb=jobs.handle
+        )
+        try:
+            await ctx.bus.publish(
+                envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
+            )
+            await ctx.stop.wait()
+        finally:
+            await sub.unsubscribe()
     finally:
-        await sub.unsubscribe()
+        await jobs.stop()  # kills a running job: the process exits within seconds

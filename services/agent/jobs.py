@@ -1,65 +1,165 @@
-"""Runs a requested job for real on this device (queued behind the device lock) and records it."""
+"""Runs requested jobs for real on this device and records each one.
+
+Requests are accepted concurrently (each in its own task) and run one at a time, in the order
+they came, from a bounded queue; the device lock still keeps other processes of the same home off
+the device. Every request gets an answer: the result, or `{"ok": false, "error": ...}` (bad
+input, a run past the wall-time cap, a full queue, a stop, a measurement that could not be
+recorded, or anything unexpected). On stop the running job's processes are killed at once."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
-from hpc_ds1.devicelock import device_lock
+from hpc_ds1.devicelock import Cancelled, device_lock
 from hpc_ds1.events import envelope
 from hpc_ds1.log import get_logger
-from hpc_ds1.measure import measurement_event
+from hpc_ds1.measure import PUBLISH_RETRY_DELAYS_S, measurement_event, publish_retrying
 from hpc_ds1.requests import RunRequest
-from hpc_ds1.runner import InvalidJob, RunResult, run
+from hpc_ds1.runner import InvalidJob, RunResult, run, validate
+from hpc_ds1.runner.estimate import check_cap, from_measurements, load_measured
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import Config, ConfigSpace
 
 log = get_logger("agent")
+
+QUEUE_LIMIT = 32  # runs waiting for the device; more are refused (503) until it drains
+STOP_GRACE_S = 15.0  # how long a stop waits for the killed job and the replies to go out
+STOPPING = "the agent is stopping; the job did not run to the end (its processes were killed)"
+
+
+@dataclass
+class Queued:
+    request: RunRequest
+    config: Config
+    space: ConfigSpace
+    reply: asyncio.Future[dict[str, Any]]
+
+
+def _error(status: int, message: str, **extra: Any) -> dict[str, Any]:
+    return {"ok": False, "status": status, "error": message, **extra}
 
 
 class JobRunner:
     def __init__(self, ctx: ServiceContext, device_id: str) -> None:
         self.ctx = ctx
         self.device_id = device_id
+        self.queue: asyncio.Queue[Queued] = asyncio.Queue(QUEUE_LIMIT)
+        self.cancel = threading.Event()  # set on stop: kills the running job
+        self.running: RunRequest | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._worker: asyncio.Task[None] | None = None
 
+    def start(self) -> None:
+        self._worker = asyncio.create_task(self._work(), name="agent-jobs")
+
+    def queued(self) -> int:
+        return self.queue.qsize()
+
+    # --- requests -----------------------------------------------------------------------
     async def handle(self, msg: Any) -> None:
+        """The subscription's callback: answers in a task of its own, so it returns at once."""
+        task = asyncio.create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg: Any) -> None:
         try:
-            request = RunRequest.model_validate_json(msg.data)
-            result, measurement_id = await self.execute(request)
+            body = await self.accept(msg.data)
+        except asyncio.CancelledError:
+            body = _error(503, STOPPING)
+        except Exception as error:  # whatever happens, the caller gets an answer
+            log.error("run_request_failed", error=repr(error))
+            body = _error(500, f"{type(error).__name__}: {error}")
+        try:
+            await msg.respond(orjson.dumps(body, default=str))
+        except Exception as error:
+            log.error("reply_failed", error=repr(error))
+
+    async def accept(self, data: bytes) -> dict[str, Any]:
+        """Check the request, queue it, and wait for its turn and its result."""
+        if self.cancel.is_set():
+            return _error(503, STOPPING)
+        try:
+            request = RunRequest.model_validate_json(data)
+            config = Config.model_validate(request.config)
+            space = await asyncio.to_thread(self._check, request, config)
         except (ValidationError, InvalidJob, ValueError, LookupError) as error:
-            await msg.respond(orjson.dumps({"ok": False, "error": str(error)}))
-            return
-        body = {
-            "ok": True,
-            "result": result.model_dump(mode="json"),
-            "measurement_id": measurement_id,
-        }
-        await msg.respond(orjson.dumps(body))
+            return _error(422, str(error))
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        try:
+            self.queue.put_nowait(Queued(request, config, space, reply))
+        except asyncio.QueueFull:
+            return _error(
+                503, f"the device's queue is full ({QUEUE_LIMIT} runs waiting); try again later"
+            )
+        return await reply
 
-    async def execute(self, request: RunRequest) -> tuple[RunResult, str]:
-        config = Config.model_validate(request.config)
-        home = self.ctx.settings.home
-
+    def _check(self, request: RunRequest, config: Config) -> ConfigSpace:
+        """InvalidJob before queueing: what the runner refuses, and a run past the cap."""
         space = ConfigSpace.for_device(workload=request.workload)
         if request.purpose == "decide":
             # A decision starts from the user's own configuration, which may oversubscribe.
             space = space.runnable()
+        wl, size = validate(request.workload, request.size, config, space)
+        measured = load_measured(self.ctx.engine, self.device_id, wl.name)
+        estimate = from_measurements(wl, size, config, measured, request.repeats)
+        check_cap(estimate, self.ctx.settings.max_run_s, wl.name, size)
+        return space
+
+    # --- the device's queue ---------------------------------------------------------------
+    async def _work(self) -> None:
+        while True:
+            item = await self.queue.get()
+            if item.reply.done():
+                continue
+            self.running = item.request
+            self._idle.clear()
+            try:
+                body = await self.execute(item.request, item.config, item.space)
+            except Cancelled:
+                body = _error(503, STOPPING)
+            except (InvalidJob, ValueError, LookupError) as error:
+                body = _error(422, str(error))
+            except Exception as error:
+                log.error("job_failed", error=repr(error))
+                body = _error(500, f"{type(error).__name__}: {error}")
+            finally:
+                self.running = None
+                self._idle.set()
+            if not item.reply.done():
+                item.reply.set_result(body)
+
+    async def execute(
+        self, request: RunRequest, config: Config, space: ConfigSpace
+    ) -> dict[str, Any]:
+        home = self.ctx.settings.home
+        cap = self.ctx.settings.max_run_s
 
         def measure() -> RunResult:
-            with device_lock(home):
+            with device_lock(home, cancel=self.cancel):
                 return run(
-                    request.workload, request.size, config, repeats=request.repeats, space=space
+                    request.workload,
+                    request.size,
+                    config,
+                    repeats=request.repeats,
+                    space=space,
+                    timeout_s=cap,
+                    cancel=self.cancel,
                 )
 
         result = await asyncio.to_thread(measure)
         event = measurement_event(result, self.device_id, request.purpose)
-        await self.ctx.bus.publish(
-            envelope(
-                event, actor=request.actor, source="agent", prefix=self.ctx.settings.subject_prefix
-            )
+        env = envelope(
+            event, actor=request.actor, source="agent", prefix=self.ctx.settings.subject_prefix
         )
         log.info(
             "job_run",
@@ -69,4 +169,39 @@ class JobRunner:
             status=result.status.value,
             runtime_s=result.runtime_s,
         )
-        return result, event.measurement_id
+        outcome = result.model_dump(mode="json")
+        try:
+            await publish_retrying(self.ctx.bus, env, PUBLISH_RETRY_DELAYS_S)
+        except Exception as error:
+            log.error("measurement_not_recorded", event_id=env.id, error=repr(error))
+            return _error(
+                503,
+                f"the job ran (status {result.status.value}) but its measurement "
+                f"{event.measurement_id} could not be recorded after "
+                f"{len(PUBLISH_RETRY_DELAYS_S) + 1} attempts: {error!r}",
+                result=outcome,
+                measurement_id=None,
+            )
+        return {"ok": True, "result": outcome, "measurement_id": event.measurement_id}
+
+    # --- stop -----------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Kill the running job, answer every waiting request, and return within seconds."""
+        self.cancel.set()
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if not item.reply.done():
+                item.reply.set_result(_error(503, STOPPING))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_GRACE_S
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), STOP_GRACE_S)
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        if self._tasks:
+            _, late = await asyncio.wait(set(self._tasks), timeout=max(deadline - loop.time(), 1.0))
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)

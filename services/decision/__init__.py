@@ -20,8 +20,10 @@ async def run(ctx: ServiceContext) -> None:
             f"{ctx.settings.subject_prefix}.model.*.published", cb=service.forget_models
         ),
     ]
+    ctx.facts["decisions_in_flight"] = service.in_flight
     try:
         await ctx.stop.wait()
     finally:
         for sub in subs:
             await sub.unsubscribe()
+        await service.stop()

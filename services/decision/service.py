@@ -1,9 +1,15 @@
 """Answers decide requests: load the device's model, run the job first when no telemetry is
-given, decide in one forward pass, record the decision event."""
+given, decide in one forward pass, record the decision event.
+
+Each request is answered in a task of its own (at most MAX_IN_FLIGHT at once, at most
+MAX_RUNS_WAITING of them waiting for a real run), so a decision never waits behind a run: runs
+queue on the device's agent. A run whose expected duration exceeds HPC_DS1_MAX_RUN_S is refused
+(422) before anything runs, with the estimate and how it was made."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Literal
 
@@ -17,14 +23,31 @@ from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.log import get_logger
 from hpc_ds1.models_store import MODELS_BUCKET
 from hpc_ds1.requests import DecideRequest, RunRequest
+from hpc_ds1.runner.estimate import (
+    RuntimeEstimate,
+    RunTooLong,
+    check_cap,
+    from_measurements,
+    from_model,
+    load_measured,
+)
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import Config, ConfigSpace, InfeasibleConfig
 from hpc_ds1.subjects import agent_run_subject
 
 log = get_logger("decision")
 
-RUN_TIMEOUT_S = 900.0
 DEVICE_CACHE_S = 5.0
+MAX_IN_FLIGHT = 256  # decisions being answered at once; more get 503 at once
+MAX_RUNS_WAITING = 32  # of them, waiting for a real run on an agent
+STOP_GRACE_S = 5.0
+RUN_REPEATS = RunRequest.model_fields["repeats"].default
+
+
+def run_timeout_s(max_run_s: float) -> float:
+    """How long to wait for an agent's run: the capped run, one capped run queued ahead of it,
+    and the launch."""
+    return 2 * max_run_s + 300.0
 
 
 class DecisionError(Exception):
@@ -67,11 +90,26 @@ class DecisionService:
         self.ctx = ctx
         self._models: dict[str, Any] = {}  # device id -> Model
         self._devices: dict[str | None, tuple[float, tuple[str, Fingerprint]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._runs_waiting = 0
 
     async def forget_models(self, msg: Any) -> None:
         self._models.clear()
 
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
     async def handle(self, msg: Any) -> None:
+        """The subscription's callback: answers in a task of its own, so it returns at once."""
+        if len(self._tasks) >= MAX_IN_FLIGHT:
+            busy = f"busy: {MAX_IN_FLIGHT} decisions are being answered; try again shortly"
+            await _respond(msg, {"ok": False, "status": 503, "error": busy})
+            return
+        task = asyncio.create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg: Any) -> None:
         actor = (msg.headers or {}).get("Hpc-Actor", "anonymous")
         try:
             request = DecideRequest.model_validate_json(msg.data)
@@ -81,10 +119,21 @@ class DecisionService:
             reply = {"ok": False, "status": 422, "error": error.errors(include_url=False)}
         except DecisionError as error:
             reply = {"ok": False, "status": error.status, "error": str(error)}
+        except asyncio.CancelledError:
+            reply = {"ok": False, "status": 503, "error": "the decision service is stopping"}
         except Exception as error:
             log.error("decide_failed", error=repr(error))
             reply = {"ok": False, "status": 500, "error": f"{type(error).__name__}: {error}"}
-        await msg.respond(orjson.dumps(reply, default=str))
+        await _respond(msg, reply)
+
+    async def stop(self) -> None:
+        """Let the decisions under way finish for a moment, then cancel (and answer) the rest."""
+        if not self._tasks:
+            return
+        _, late = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE_S)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     async def _model(self, device_id: str) -> Any:
         from hpc_ds1.model import Model
@@ -159,6 +208,7 @@ class DecisionService:
         ran = False
         notes: list[str] = []
         if telemetry is None and workload is not None:
+            await self._check_cap(device_id, model, request, config)
             telemetry, note = await self._observe(device_id, request, config, actor)
             ran = True
             notes += [note] if note else []
@@ -210,33 +260,76 @@ class DecisionService:
             "actor": actor,
         }
 
+    async def estimate(
+        self, device_id: str, model: Any, request: DecideRequest, config: Config
+    ) -> RuntimeEstimate | None:
+        """The expected duration of the run a decision without telemetry makes: scaled from the
+        nearest measurement by the workload's declared work, else the model's prediction."""
+        from hpc_ds1.workloads import get_workload
+
+        workload = get_workload(request.workload)
+        measured = await asyncio.to_thread(load_measured, self.ctx.engine, device_id, workload.name)
+        found = from_measurements(workload, request.size, config, measured, RUN_REPEATS)
+        if found is None:
+            with contextlib.suppress(Exception):  # a model that cannot say gives no estimate
+                per_run = float(model.predict_runtime(workload.name, request.size, config))
+                found = from_model(per_run, RUN_REPEATS, str(model.version))
+        return found
+
+    async def _check_cap(
+        self, device_id: str, model: Any, request: DecideRequest, config: Config
+    ) -> None:
+        found = await self.estimate(device_id, model, request, config)
+        try:
+            check_cap(found, self.ctx.settings.max_run_s, request.workload, request.size)
+        except RunTooLong as error:
+            raise DecisionError(422, str(error)) from None
+
     async def _observe(
         self, device_id: str, request: DecideRequest, config: Config, actor: str
     ) -> tuple[dict[str, Any] | None, str | None]:
         """Run the job once for real on the device's agent; (telemetry, note when it failed)."""
+        if self._runs_waiting >= MAX_RUNS_WAITING:
+            raise DecisionError(
+                503,
+                f"busy: {MAX_RUNS_WAITING} decisions are already waiting for a real run; "
+                "try again later, or send telemetry to decide without running",
+            )
         ask = RunRequest(
             workload=request.workload,
             size=request.size,
             config=config.model_dump(),
+            repeats=RUN_REPEATS,
             purpose="decide",
             actor=actor,
         )
+        self._runs_waiting += 1
         try:
             reply = await self.ctx.bus.nc.request(
                 agent_run_subject(self.ctx.settings, device_id),
                 ask.model_dump_json().encode(),
-                timeout=RUN_TIMEOUT_S,
+                timeout=run_timeout_s(self.ctx.settings.max_run_s),
             )
         except Exception as error:
             raise DecisionError(
                 503, f"the agent of device {device_id} did not answer: {error!r}"
             ) from None
+        finally:
+            self._runs_waiting -= 1
         body = orjson.loads(reply.data)
         if not body.get("ok"):
-            raise DecisionError(422, str(body.get("error")))
+            status = body.get("status")
+            raise DecisionError(status if status in (422, 503) else 422, str(body.get("error")))
         result = body["result"]
         if result["status"] != "ok":
             why = result.get("error") or result.get("check_detail")
             note = f"the run in the current configuration ended {result['status']}: {why}"
             return None, note
         return {"runtime_s": result["runtime_s"], "throughput": result.get("throughput")}, None
+
+
+async def _respond(msg: Any, reply: dict[str, Any]) -> None:
+    try:
+        await msg.respond(orjson.dumps(reply, default=str))
+    except Exception as error:
+        log.error("reply_failed", error=repr(error))
