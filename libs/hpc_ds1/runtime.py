@@ -31,9 +31,19 @@ SERVICES: tuple[str, ...] = (
 )
 
 
+# A NATS URL for every service, or a function giving the URL (with that service's own
+# credentials) for a service name, e.g. `Endpoints.nats_url_for` of infra/home.py.
+NatsUrls = str | Callable[[str], str]
+
+
+def nats_url_of(nats_url: NatsUrls, name: str) -> str:
+    return nats_url if isinstance(nats_url, str) else nats_url(name)
+
+
 @dataclass
 class ServiceContext:
-    """What a service gets: its settings, its own bus connection and engine, and a stop signal."""
+    """What a service gets: its settings, its own bus connection and engine, and a stop signal.
+    `nats_url` and `database_url` carry the service's own credentials."""
 
     name: str
     settings: Settings
@@ -71,10 +81,14 @@ async def _answer_status(ctx: ServiceContext) -> Callable[[], Awaitable[None]]:
 
 
 async def run_service(
-    name: str, settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event
+    name: str, settings: Settings, nats_url: NatsUrls, database_url: str, stop: asyncio.Event
 ) -> None:
+    """Run service `name` until `stop`. `nats_url`: a URL, or a function giving the URL with
+    the credentials of a service name (`Endpoints.nats_url_for`); `database_url`: the
+    application role's URL (`Endpoints.app_database_url()`)."""
     log = get_logger(name)
     run = entry_point(name)
+    nats_url = nats_url_of(nats_url, name)
     bus = await EventBus.connect(settings, nats_url, name)
     engine = make_engine(database_url, pool_size=3)
     ctx = ServiceContext(name, settings, nats_url, database_url, bus, engine, stop)
@@ -92,11 +106,12 @@ async def run_service(
 async def run_services(
     names: tuple[str, ...],
     settings: Settings,
-    nats_url: str,
+    nats_url: NatsUrls,
     database_url: str,
     stop: asyncio.Event,
 ) -> None:
-    """Run the services until `stop`; if one fails, stop the others and re-raise."""
+    """Run the services until `stop`; if one fails, stop the others and re-raise. Each connects
+    to NATS as itself when `nats_url` is a function of the service name (see run_service)."""
     tasks = {
         asyncio.create_task(run_service(n, settings, nats_url, database_url, stop), name=n)
         for n in names

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, select
 from .bus import EventBus
 from .db import make_engine, tables
 from .infra.home import Endpoints, own_home, running_owner
+from .infra.secrets import CLI_USER
 from .runtime import run_services
 from .settings import Settings
 from .subjects import status_subject
@@ -69,7 +70,9 @@ async def open_stack(
     with own_home(settings) as endpoints:
         stop = asyncio.Event()
         runner = asyncio.create_task(
-            run_services(services, settings, endpoints.nats_url, endpoints.database_url, stop)
+            run_services(
+                services, settings, endpoints.nats_url_for, endpoints.app_database_url(), stop
+            )
         )
         try:
             async with _connected(settings, endpoints, name, attached=False) as stack:
@@ -101,8 +104,9 @@ async def _answering(stack: Stack, services: tuple[str, ...], runner: asyncio.Ta
 async def _connected(
     settings: Settings, endpoints: Endpoints, name: str, attached: bool
 ) -> AsyncIterator[Stack]:
-    bus = await EventBus.connect(settings, endpoints.nats_url, name)
-    engine = make_engine(endpoints.database_url, pool_size=2)
+    # A command of this home connects as the `cli` user; `name` names its connection.
+    bus = await EventBus.connect(settings, endpoints.nats_url_for(CLI_USER), name)
+    engine = make_engine(endpoints.app_database_url(), pool_size=2)
     try:
         yield Stack(settings, bus, engine, endpoints, attached)
     finally:

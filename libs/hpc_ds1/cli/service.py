@@ -6,7 +6,8 @@ import argparse
 import asyncio
 
 from ..infra.home import use_home
-from ..runtime import SERVICES, install_stop_signals, run_services
+from ..runtime import SERVICES, NatsUrls, install_stop_signals, run_services
+from ..settings import Settings
 from . import UsageError
 from .common import add_home_argument, load_settings
 
@@ -24,7 +25,7 @@ def handle(args: argparse.Namespace) -> int:
         # Alone, a service attaches to the home's owner or starts the embedded servers itself.
         try:
             with use_home(settings) as ends:
-                asyncio.run(_one(args.name, settings, ends.nats_url, ends.database_url))
+                asyncio.run(_one(args.name, settings, ends.nats_url_for, ends.app_database_url()))
         except RuntimeError as error:
             raise UsageError(str(error)) from None
         return 0
@@ -36,7 +37,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _one(name: str, settings: object, nats_url: str, db_url: str) -> None:
+async def _one(name: str, settings: Settings, nats_url: NatsUrls, db_url: str) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    await run_services((name,), settings, nats_url, db_url, stop)  # type: ignore[arg-type]
+    await run_services((name,), settings, nats_url, db_url, stop)

@@ -1,7 +1,8 @@
 """One owner of a home's embedded NATS store and Postgres directory at a time.
 
 The owner holds an flock on `$HPC_DS1_HOME/owner.lock` and writes where its servers listen to
-`$HPC_DS1_HOME/owner.json`; any other command of the same home uses those servers."""
+`$HPC_DS1_HOME/owner.json` (0600, no passwords); any other command of the same home uses those
+servers with the credentials of `$HPC_DS1_HOME/credentials/` (see secrets.py)."""
 
 from __future__ import annotations
 
@@ -11,25 +12,112 @@ import json
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy.engine import make_url
 
 from ..db import make_engine, upgrade
 from ..log import get_logger
 from ..settings import Settings
+from .nats_auth import nats_users
 from .nats_server import EmbeddedNats
 from .postgres import EmbeddedPostgres
+from .secrets import (
+    APP_DATABASE,
+    APP_ROLE,
+    NATS_USERS,
+    ensure_credentials,
+    load_credentials,
+    secrets_dir,
+    secure_dir,
+    write_private,
+)
 
 log = get_logger("infra")
 
 
+def without_credentials(url: str) -> str:
+    """`url` with any user/password removed (NATS) or the password removed (Postgres)."""
+    if url.startswith("nats://") or url.startswith("tls://") or "://" not in url:
+        parts = urlsplit(url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return urlunsplit(parts._replace(netloc=host))
+    # (URL.set ignores a None password: replace the field itself.)
+    return make_url(url)._replace(password=None).render_as_string(hide_password=False)
+
+
+def with_user(nats_url: str, user: str, password: str) -> str:
+    parts = urlsplit(nats_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+
+
 @dataclass(frozen=True)
 class Endpoints:
+    """Where a home's servers listen. `nats_url` and `database_url` carry no credentials (they
+    are what owner.json holds); `nats_url_for(user)` and `app_database_url()` add them."""
+
     nats_url: str
     database_url: str
     gateway_url: str | None = None
     pid: int | None = None
     embedded: bool = False
+    home: str | None = None
+    embedded_nats: bool = False
+    embedded_postgres: bool = False
+    # External servers' URLs as configured (credentials included); never written to owner.json.
+    external_nats_url: str | None = field(default=None, repr=False)
+    external_database_url: str | None = field(default=None, repr=False)
+
+    def public(self) -> dict[str, Any]:
+        found = asdict(self)
+        found.pop("external_nats_url")
+        found.pop("external_database_url")
+        return found
+
+    def nats_url_for(self, user: str) -> str:
+        """The NATS URL with the credentials of `user`: a service name (runtime.SERVICES) or
+        `cli` (the commands of this home). External servers: the URL as configured."""
+        if user not in NATS_USERS:
+            raise ValueError(f"no NATS user {user!r}; the users are: {', '.join(NATS_USERS)}")
+        if not self.embedded_nats:
+            return self.external_nats_url or self.nats_url
+        password = load_credentials(self._home()).nats_password(user)
+        return with_user(self.nats_url, user, password)
+
+    def app_database_url(self) -> str:
+        """The database URL of the application role (not a superuser), with its password."""
+        if not self.embedded_postgres:
+            return self.external_database_url or self.database_url
+        password = load_credentials(self._home()).postgres_app
+        return (
+            make_url(self.database_url).set(password=password).render_as_string(hide_password=False)
+        )
+
+    def _home(self) -> Path:
+        if self.home is None:
+            raise RuntimeError("these endpoints name no home to read credentials from")
+        return Path(self.home)
+
+    @classmethod
+    def external(cls, settings: Settings) -> Endpoints:
+        """Endpoints of the servers configured by HPC_DS1_NATS_URL and HPC_DS1_DATABASE_URL."""
+        if not settings.nats_url or not settings.database_url:
+            raise ValueError("both HPC_DS1_NATS_URL and HPC_DS1_DATABASE_URL must be set")
+        return cls(
+            without_credentials(settings.nats_url),
+            without_credentials(settings.database_url),
+            home=str(settings.home),
+            external_nats_url=settings.nats_url,
+            external_database_url=settings.database_url,
+        )
+
+
+def _external_path(home: Path) -> Path:
+    return secrets_dir(home) / "external.json"
 
 
 def running_owner(home: Path) -> Endpoints | None:
@@ -41,7 +129,18 @@ def running_owner(home: Path) -> Endpoints | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return Endpoints(**json.loads(state_path.read_text()))
+            found = json.loads(state_path.read_text())
+            known = {k: v for k, v in found.items() if k in Endpoints.__dataclass_fields__}
+            endpoints = Endpoints(**known)
+            external = _external_path(home)
+            if external.exists():
+                urls = json.loads(external.read_text())
+                endpoints = replace(
+                    endpoints,
+                    external_nats_url=urls.get("nats_url"),
+                    external_database_url=urls.get("database_url"),
+                )
+            return endpoints
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
 
@@ -51,7 +150,7 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
     """Become this home's owner: start what is not configured externally, migrate the database,
     and publish where everything listens. Everything stops on exit, data kept."""
     home = settings.home
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     handle = (home / "owner.lock").open("a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -64,39 +163,56 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
         ) from None
     nats = pg = None
     try:
+        secure_dir(home)  # also a home created before it was kept private
+        credentials = ensure_credentials(home)
         nats_url = settings.nats_url
         if not nats_url:
-            nats = EmbeddedNats(home / "nats", sync=settings.nats_sync)
+            users = nats_users(settings, credentials)
+            nats = EmbeddedNats(home / "nats", sync=settings.nats_sync, users=users)
             nats_url = nats.start()
         database_url = settings.database_url
         if not database_url:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # pgserver warns about XDG_RUNTIME_DIR on import
-                pg = EmbeddedPostgres(home / "postgres")
-                database_url = pg.start()
-        engine = make_engine(database_url, pool_size=1)
+                pg = EmbeddedPostgres(
+                    home / "postgres", superuser_password=credentials.postgres_superuser
+                )
+                pg.start()
+            database_url = pg.provision(APP_ROLE, credentials.postgres_app, APP_DATABASE)
+        endpoints = Endpoints(
+            without_credentials(nats_url),
+            without_credentials(database_url),
+            gateway_url,
+            os.getpid(),
+            embedded=nats is not None or pg is not None,
+            home=str(home),
+            embedded_nats=nats is not None,
+            embedded_postgres=pg is not None,
+            external_nats_url=None if nats is not None else nats_url,
+            external_database_url=None if pg is not None else database_url,
+        )
+        # Migrations run as the application role, so it owns every table they create.
+        engine = make_engine(endpoints.app_database_url(), pool_size=1)
         try:
             upgrade(engine)
         finally:
             engine.dispose()
-        endpoints = Endpoints(
-            nats_url,
-            database_url,
-            gateway_url,
-            os.getpid(),
-            embedded=nats is not None or pg is not None,
-        )
-        (home / "owner.json").write_text(json.dumps(asdict(endpoints)))
+        if nats is None or pg is None:
+            external = {"nats_url": endpoints.external_nats_url}
+            external["database_url"] = endpoints.external_database_url
+            write_private(_external_path(home), json.dumps(external))
+        write_private(home / "owner.json", json.dumps(endpoints.public()))
         log.info(
             "infrastructure_ready",
-            nats=nats_url,
+            nats=endpoints.nats_url,
             embedded_nats=nats is not None,
             embedded_postgres=pg is not None,
         )
         yield endpoints
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            (home / "owner.json").unlink()
+        for path in (home / "owner.json", _external_path(home)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
         if pg is not None:
             pg.stop()
         if nats is not None:
