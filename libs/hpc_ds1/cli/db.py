@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def handle_upgrade(args: argparse.Namespace) -> int:
     settings = load_settings(home=args.home)
     with use_home(settings) as ends:
-        engine = make_engine(ends.database_url, pool_size=1)
+        engine = make_engine(ends.app_database_url(), pool_size=1)
         try:
             upgrade(engine)
             print(f"database at revision {current(engine)}")

@@ -26,7 +26,7 @@ def handle_rebuild(args: argparse.Namespace) -> int:
     settings = load_settings(home=args.home)
     with use_home(settings) as ends:
         started = time.perf_counter()
-        last = asyncio.run(_rebuild(settings, ends.nats_url, ends.database_url))
+        last = asyncio.run(_rebuild(settings, ends.nats_url_for("cli"), ends.app_database_url()))
         print(f"rebuilt the projection from {last} events in {time.perf_counter() - started:.2f} s")
     return 0
 

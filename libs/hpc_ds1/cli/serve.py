@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import time
 
-from ..infra.home import own_home
+from ..infra.home import Endpoints, own_home
 from ..runtime import SERVICES, install_stop_signals, run_services
 from ..settings import Settings
 from . import UsageError
@@ -40,16 +40,17 @@ def serve(settings: Settings, services: tuple[str, ...]) -> int:
             print(f"  Postgres  {db}", flush=True)
             if "gateway" in services:
                 print(f"  Console   {url}   (API docs {url}docs)", flush=True)
-            asyncio.run(_serve(settings, services, ends.nats_url, ends.database_url, started))
+            asyncio.run(_serve(settings, services, ends, started))
     except RuntimeError as error:
         raise UsageError(str(error)) from None
     return 0
 
 
 async def _serve(
-    settings: Settings, services: tuple[str, ...], nats_url: str, db_url: str, started: float
+    settings: Settings, services: tuple[str, ...], ends: Endpoints, started: float
 ) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    await run_services(services, settings, nats_url, db_url, stop)
+    # Each service connects with its own credentials; the database as the application role.
+    await run_services(services, settings, ends.nats_url_for, ends.app_database_url(), stop)
     print(f"stopped after {time.monotonic() - started:.1f} s; data kept in {settings.home}")
