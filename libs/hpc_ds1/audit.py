@@ -10,7 +10,9 @@ message), and the file must reach the last `audit.checkpoint` event the projecto
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,26 @@ def line_hash(prev: str, record: dict[str, Any]) -> str:
     return hashlib.sha256((prev + canonical(record)).encode()).hexdigest()
 
 
+_LONG_DIGITS = re.compile(rb"\d{20}")
+_U64 = 2**64
+
+
+def _exact(data: bytes) -> bool:
+    """Whether every integer in the JSON text fits the 64 bits orjson keeps exactly."""
+
+    def check(text: str) -> int:
+        value = int(text)
+        if not -_U64 < value < _U64:
+            raise OverflowError(text)
+        return value
+
+    try:
+        json.loads(data, parse_int=check)
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
 def audit_record(seq: int, subject: str, data: bytes) -> dict[str, Any]:
     """The audit record of one stored message, from its bytes alone (never from what Postgres
     made of it), so that `verify_against_log` can recompute it. Never raises."""
@@ -59,6 +81,8 @@ def audit_record(seq: int, subject: str, data: bytes) -> dict[str, Any]:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
         parsed = None
+    if _LONG_DIGITS.search(data) and not _exact(data):
+        parsed = None  # orjson would turn an integer past 64 bits into a float: keep the text
     if isinstance(parsed, dict) and parsed and set(parsed) <= ENVELOPE_KEYS:
         record = {"seq": seq, **parsed}
         try:

@@ -322,10 +322,10 @@ def set_aside(item: Folded, reason: str) -> SetAside:
         "reason": why,
         "raw": item.data,
     }
-    kept = {
+    kept = {  # indexed columns stay well under the 2,704 bytes a btree entry may hold
         "seq": item.seq,
-        "type": row["type"] or "malformed",
-        "subject": subject,
+        "type": storable(kind, 200) if isinstance(kind, str) else "malformed",
+        "subject": storable(subject, 500),
         "valid": False,
         "error": f"set aside: {why}",
         "raw": storable(item.data.decode("utf-8", errors="replace")),

@@ -134,30 +134,37 @@ def apply_batch(
     return fresh, last
 
 
-def is_transient(error: BaseException) -> bool:
-    """A failure of the connection or the server, not of the data: retry later, never set the
-    event aside for it (Postgres restarting, a dropped connection, a deadlock, a full disk)."""
-    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
-        return True
-    cause = getattr(error, "orig", None) or error
-    transient = (
-        psycopg.OperationalError,
-        psycopg.InterfaceError,
-        psycopg.InternalError,
-        exc.OperationalError,
-        exc.InterfaceError,
-        exc.InternalError,
-        exc.ResourceClosedError,
-        ConnectionError,
-        TimeoutError,
-    )
-    return isinstance(cause, transient) or isinstance(error, transient)
+# SQLSTATE classes that mean "this row cannot be stored": data exception (a value out of range,
+# a NUL byte, invalid JSON text), integrity violation (an event id seen before), program limit
+# exceeded (a text too large for its index). Anything else (the connection, a deadlock, a full
+# disk, a missing table) is the database's state, not the event's fault.
+REFUSING_SQLSTATE_CLASSES = ("22", "23", "54")
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether Postgres (or the encoder before it) refused this event's rows for what they
+    hold; if not, the failure is retried and the event is never set aside for it."""
+    cause: BaseException = error
+    if isinstance(error, exc.DBAPIError):
+        if error.connection_invalidated:
+            return False
+        cause = error.orig or error
+    if isinstance(cause, psycopg.Error):
+        if cause.sqlstate is None:  # raised before it reached the server (a NUL byte in text)
+            return isinstance(cause, psycopg.DataError | psycopg.IntegrityError)
+        return cause.sqlstate[:2] in REFUSING_SQLSTATE_CLASSES
+    if isinstance(cause, OSError | exc.SQLAlchemyError):
+        return False
+    # A value the encoders cannot write (an integer past 64 bits, a lone surrogate).
+    return isinstance(cause, Exception)
 
 
 def refusal(error: BaseException) -> str:
     """One line saying why Postgres (or the encoder) refused an event, without the SQL."""
     cause = getattr(error, "orig", None) or error
     first = (str(cause).strip().splitlines() or [""])[0]
+    if isinstance(cause, psycopg.Error) and cause.diag.message_detail:
+        first = f"{first} ({cause.diag.message_detail})"
     return f"{type(cause).__name__}: {first}"
 
 
@@ -171,13 +178,13 @@ class Applied:
 def apply(conn: Connection, folded: Sequence[Folded], checkpoint: int) -> Applied:
     """Apply a batch; if Postgres refuses any of it, apply it again one event at a time, each
     in its own savepoint, and set aside (with the reason) each event it refuses. A poison event
-    costs its own rows, never the events after it; a transient failure is raised."""
+    costs its own rows, never the events after it; any other failure is raised."""
     batch = conn.begin_nested()
     try:
         applied, last = apply_batch(conn, folded, checkpoint)
     except Exception as error:
         batch.rollback()
-        if is_transient(error):
+        if not is_refusal(error):
             raise
     else:
         batch.commit()
@@ -195,11 +202,19 @@ def _apply_each(conn: Connection, fresh: Sequence[Folded], checkpoint: int) -> A
             _run_writes(conn, item.writes)
         except Exception as error:
             one.rollback()
-            if is_transient(error):
+            if not is_refusal(error):
                 raise
             kept = set_aside(item, refusal(error))
             copy_rows(conn, tables.set_aside, [kept.row])
-            copy_rows(conn, tables.events, [kept.raw_row])
+            raw = conn.begin_nested()
+            try:  # its place in the raw log, reduced to what always fits
+                copy_rows(conn, tables.events, [kept.raw_row])
+            except Exception as second:
+                raw.rollback()
+                if not is_refusal(second):
+                    raise
+            else:
+                raw.commit()
             aside.append(kept)
         else:
             one.commit()
