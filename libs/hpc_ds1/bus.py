@@ -48,6 +48,15 @@ class RawEvent:
 Handler = Callable[[Envelope, int], Awaitable[None]]
 
 
+def server_list(url: str) -> list[str]:
+    """HPC_DS1_NATS_URL may name several servers of one cluster, comma-separated: the client
+    connects to any of them and moves to another when its server goes away."""
+    servers = [part.strip() for part in url.split(",") if part.strip()]
+    if not servers:
+        raise ValueError(f"no NATS server in {url!r}; give nats://HOST:PORT[,nats://HOST:PORT...]")
+    return servers
+
+
 class EventBus:
     def __init__(self, nc: Client, settings: Settings) -> None:
         self.nc = nc
@@ -59,7 +68,7 @@ class EventBus:
     @classmethod
     async def connect(cls, settings: Settings, url: str, name: str) -> EventBus:
         nc = await nats.connect(
-            url,
+            server_list(url),
             name=f"hpc-ds1-{name}",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -89,6 +98,7 @@ class EventBus:
                 max_bytes=-1,
                 max_age=0,
                 duplicate_window=120.0,
+                num_replicas=self.settings.stream_replicas,
             )
             try:
                 await self.js.stream_info(name)

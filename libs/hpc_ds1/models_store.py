@@ -1,12 +1,43 @@
-"""Model artifacts on disk: $HPC_DS1_HOME/models/<version>.onnx and latest.onnx for this machine."""
+"""Model artifacts: the JetStream bucket every machine reads, and on disk
+$HPC_DS1_HOME/models/<version>.onnx and latest.onnx for this machine."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from nats.js import JetStreamContext
+    from nats.js.object_store import ObjectStore
+
+    from .settings import Settings
 
 MODELS_BUCKET = "MODELS"
+
+
+def bucket_name(settings: Settings) -> str:
+    """The JetStream object store holding every device's model artifacts for this stream."""
+    return f"{MODELS_BUCKET}_{settings.stream}"
+
+
+async def models_bucket(
+    js: JetStreamContext, settings: Settings, create: bool = True
+) -> ObjectStore | None:
+    """The model bucket, created (file storage, `stream_replicas` copies) when missing and
+    `create`; None when missing and not `create`."""
+    name = bucket_name(settings)
+    try:
+        return await js.object_store(name)
+    except NotFoundError:  # BucketNotFoundError is one
+        if not create:
+            return None
+    config = ObjectStoreConfig(storage=StorageType.FILE, replicas=settings.stream_replicas)
+    return await js.create_object_store(name, config=config)
 
 
 def save_local(models_dir: Path, version: str, device_id: str, data: bytes) -> Path:

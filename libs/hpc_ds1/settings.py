@@ -31,6 +31,12 @@ class Settings(BaseSettings):
     stream: str = Field(default="EVENTS", description="JetStream stream holding the event log.")
     subject_prefix: str = Field(default="hpcds1", description="First token of every subject.")
     max_deliver: int = Field(default=5, ge=1, description="Deliveries before a dead letter.")
+    stream_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="JetStream replicas of the event log and model bucket: 3 on a 3-node cluster.",
+    )
     projector_batch: int = Field(default=2000, ge=1, le=10_000)
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")

@@ -7,13 +7,12 @@ import hashlib
 from typing import Any
 
 import orjson
-from nats.js.errors import NotFoundError
 from sqlalchemy import Engine, select
 
 from hpc_ds1.db import tables
 from hpc_ds1.events import ModelPublished, envelope
 from hpc_ds1.log import get_logger
-from hpc_ds1.models_store import MODELS_BUCKET, save_local
+from hpc_ds1.models_store import models_bucket, save_local
 from hpc_ds1.runtime import ServiceContext
 
 log = get_logger("trainer")
@@ -91,12 +90,7 @@ class Trainer:
         return {"ok": True, "version": version, "path": str(path), "metrics": metrics}
 
     async def _bucket(self) -> Any:
-        js = self.ctx.bus.js
-        name = f"{MODELS_BUCKET}_{self.ctx.settings.stream}"
-        try:
-            return await js.object_store(name)
-        except NotFoundError:
-            return await js.create_object_store(name)
+        return await models_bucket(self.ctx.bus.js, self.ctx.settings)
 
 
 def _measurement_fields(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "token",
     "audit",
     "evaluate",
+    "backup",
 )
 
 

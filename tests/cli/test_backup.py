@@ -1,0 +1,295 @@
+"""`hpc-ds1 backup` and `hpc-ds1 restore` as a user runs them (the console script in a
+subprocess): a log with devices, tokens, measurements, a model, decisions and an approved
+session, one message deleted from it; restored into a new stream, database and home, the
+rebuilt projection, the audit file, every sequence and the model artifacts are the same."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from hpc_ds1.backup import EVENTS, projection_digest
+from hpc_ds1.bus import EventBus
+from hpc_ds1.cli import main
+from hpc_ds1.db import make_engine
+from hpc_ds1.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    DecisionMade,
+    DeviceRegistered,
+    Envelope,
+    MeasurementRecorded,
+    ModelPublished,
+    SessionFinished,
+    SessionStarted,
+    TokenCreated,
+    TokenRevoked,
+    envelope,
+)
+from hpc_ds1.infra.nats_server import EmbeddedNats
+from hpc_ds1.models_store import bucket_name, models_bucket, save_local
+from hpc_ds1.settings import Settings
+from hpc_ds1.stack import open_stack
+
+HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
+
+
+def cli_env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+    assert settings.nats_url and settings.database_url
+    env.update(
+        HPC_DS1_NATS_URL=settings.nats_url,
+        HPC_DS1_DATABASE_URL=settings.database_url,
+        HPC_DS1_STREAM=settings.stream,
+        HPC_DS1_SUBJECT_PREFIX=settings.subject_prefix,
+        HPC_DS1_HOME=str(settings.home),
+        HPC_DS1_LOG_JSON="true",
+    )
+    return env
+
+
+async def hpc(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run,
+        [HPC_DS1, *args],
+        env=cli_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def story(prefix: str) -> list[Envelope]:
+    config = {"ranks": 1, "threads": 2, "tile": 64}
+    events: list[Any] = [
+        DeviceRegistered(device_id="dev-1", hostname="node1", fingerprint={"cores": 2}),
+        TokenCreated(token_id="t1", holder="alice", role="engineer", sha256="a" * 64),
+        TokenCreated(token_id="t2", holder="bob", role="viewer", sha256="b" * 64),
+    ]
+    events += [
+        MeasurementRecorded(
+            measurement_id=f"m{i}",
+            device_id="dev-1",
+            workload="gemm",
+            size=256 + i,
+            config=config,
+            status="ok",
+            runtime_s=0.01 * (i + 1),
+            throughput=10.0 + i,
+            throughput_unit="GFLOP/s",
+            held_out=i % 5 == 0,
+        )
+        for i in range(20)
+    ]
+    events.append(
+        ModelPublished(
+            model_version="v1",
+            device_id="dev-1",
+            artifact="dev-1/v1.onnx",
+            sha256="c" * 64,
+            metrics={"rmse": 0.1},
+            trained_on=16,
+        )
+    )
+    events += [
+        DecisionMade(
+            decision_id=f"d{i}",
+            device_id="dev-1",
+            source="api",
+            workload="gemm",
+            size=512,
+            config=config,
+            choice="THREADS_UP",
+            confidence=0.9,
+            mode="auto",
+            reasons=["telemetry"],
+            model_version="v1",
+        )
+        for i in range(10)
+    ]
+    events += [
+        SessionStarted(session_id="s1", device_id="dev-1", workload="gemm", size=64, start=config),
+        ApprovalRequested(
+            approval_id="a1",
+            session_id="s1",
+            decision_id="d0",
+            device_id="dev-1",
+            workload="gemm",
+            size=64,
+            config=config,
+            move="TILE_UP",
+            confidence=0.6,
+            mode="confirm",
+        ),
+        ApprovalDecided(
+            approval_id="a1",
+            session_id="s1",
+            decision_id="d0",
+            approved=True,
+            by="alice",
+            role="engineer",
+        ),
+        SessionFinished(session_id="s1", reason="stop", real_runs=2),
+        TokenRevoked(token_id="t2"),
+    ]
+    return [envelope(e, actor="test", source="test", prefix=prefix) for e in events]
+
+
+@pytest.fixture
+def target(tmp_path: Path, settings: Settings, postgres_url: str) -> Iterator[Settings]:
+    """A new home, stream and database with the source's subject prefix, on a NATS server of
+    its own (one server holds one stream per subject)."""
+    name = f"r_{uuid.uuid4().hex[:12]}"
+    libpq = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    server = EmbeddedNats(tmp_path / "target-nats", sync="default")
+    yield settings.model_copy(
+        update={
+            "home": tmp_path / "restored",
+            "nats_url": server.start(),
+            "stream": f"R_{uuid.uuid4().hex[:10]}",
+            "database_url": make_url(postgres_url).set(database=name).render_as_string(False),
+        }
+    )
+    server.stop()
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def source_bucket(bus: EventBus, settings: Settings) -> AsyncIterator[None]:
+    yield
+    try:
+        await bus.js.delete_stream(f"OBJ_{bucket_name(settings)}")
+    except Exception:
+        pass
+
+
+async def messages(bus: EventBus, stream: str) -> list[tuple[Any, ...]]:
+    info = await bus.js.stream_info(stream)
+    found = []
+    for seq in range(1, int(info.state.last_seq) + 1):
+        try:
+            msg = await bus.js.get_msg(stream, seq)
+        except Exception:
+            found.append((seq, None))
+            continue
+        # js.publish(stream=...) stores the stream's own name in Nats-Expected-Stream.
+        headers = {k: v for k, v in (msg.headers or {}).items() if k != "Nats-Expected-Stream"}
+        found.append((seq, msg.subject, msg.data, headers))
+    return found
+
+
+async def test_restore_gives_the_same_log_models_and_projection(
+    settings: Settings,
+    bus: EventBus,
+    engine: Engine,
+    target: Settings,
+    source_bucket: None,
+    tmp_path: Path,
+) -> None:
+    sequences = await bus.publish_many(story(settings.subject_prefix))
+    # A message deleted from the log (an operator's purge): the restore keeps the gap.
+    await bus.js.delete_msg(settings.stream, sequences[7])
+    store = await models_bucket(bus.js, settings)
+    assert store is not None
+    await store.put("dev-1/v1.onnx", b"onnx bytes")
+    save_local(settings.models_dir, "v1", "dev-1", b"onnx bytes")
+    async with open_stack(settings, ("projector",), "test") as stack:
+        await stack.caught_up()
+    source_digest = projection_digest(engine)
+
+    path = tmp_path / "backup"
+    saved = await hpc(settings, "backup", str(path))
+    assert saved.returncode == 0, saved.stderr
+    assert f"backed up {len(sequences) - 1} events" in saved.stdout
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["events"]["gaps"] == [[sequences[7], sequences[7]]]
+    assert [o["name"] for o in manifest["objects"]] == ["dev-1/v1.onnx"]
+
+    loaded = await hpc(target, "restore", str(path))
+    assert loaded.returncode == 0, loaded.stderr
+    assert target.database_url
+    restored_engine = make_engine(target.database_url, pool_size=1)
+    try:
+        assert projection_digest(restored_engine) == source_digest
+    finally:
+        restored_engine.dispose()
+    assert target.nats_url
+    restored = await EventBus.connect(target, target.nats_url, "test")
+    try:
+        assert await messages(restored, target.stream) == await messages(bus, settings.stream)
+        restored_store = await models_bucket(restored.js, target, create=False)
+        assert restored_store is not None
+        assert (await restored_store.get("dev-1/v1.onnx")).data == b"onnx bytes"
+    finally:
+        await restored.close()
+    assert (target.home / "audit.jsonl").read_text() == settings.audit_path.read_text()
+    for name in ("v1.onnx", "latest.onnx", "latest.json"):
+        assert (target.models_dir / name).read_bytes() == (settings.models_dir / name).read_bytes()
+
+    # The target now holds a log: a second restore into it is refused and changes nothing.
+    again = await hpc(target, "restore", str(path))
+    assert again.returncode == 2
+    assert "restore needs an empty target" in again.stderr
+    assert f"stream {target.stream!r} holds {len(sequences) - 1} events" in again.stderr
+
+
+async def test_a_damaged_or_foreign_backup_is_refused(
+    settings: Settings,
+    bus: EventBus,
+    target: Settings,
+    source_bucket: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In this process (each refusal comes before anything starts): exit status 2 and one line
+    saying what is wrong."""
+
+    async def run(env_of: Settings, *args: str) -> tuple[int, str]:
+        with monkeypatch.context() as patch:
+            for key in [k for k in os.environ if k.startswith("HPC_DS1_")]:
+                patch.delenv(key)
+            for key, value in cli_env(env_of).items():
+                if key.startswith("HPC_DS1_"):
+                    patch.setenv(key, value)
+            status = await asyncio.to_thread(main, list(args))
+        return status, capsys.readouterr().err
+
+    await bus.publish_many(story(settings.subject_prefix)[:3])
+    path = tmp_path / "backup"
+    assert (await run(settings, "backup", str(path)))[0] == 0
+
+    status, err = await run(settings, "backup", str(path))
+    assert status == 2
+    assert "is not an empty folder" in err
+
+    foreign = target.model_copy(update={"subject_prefix": "other"})
+    status, err = await run(foreign, "restore", str(path))
+    assert status == 2
+    assert f"HPC_DS1_SUBJECT_PREFIX={settings.subject_prefix}" in err
+
+    lines = (path / EVENTS).read_text().splitlines(keepends=True)
+    (path / EVENTS).write_text("".join(lines[:-1]))
+    status, err = await run(target, "restore", str(path))
+    assert status == 2
+    assert "does not match its SHA-256" in err
+    assert not target.home.exists()  # refused before anything started
+
+    status, err = await run(target, "restore", str(tmp_path / "nowhere"))
+    assert status == 2
+    assert "is not a backup" in err
