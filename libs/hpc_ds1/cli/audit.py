@@ -1,11 +1,18 @@
-"""`hpc-ds1 audit verify`: whether the audit file's hash chain is intact, and where it breaks."""
+"""`hpc-ds1 audit verify`: whether the audit file is intact and whole, against the log."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 
-from ..audit import verify
+from sqlalchemy import select
+
+from ..audit import LogChain, Verdict, verify, verify_against_log
+from ..bus import EventBus
+from ..db import make_engine, tables
+from ..infra.home import use_home
+from ..settings import Settings
 from .common import add_home_argument, load_settings
 
 
@@ -13,20 +20,67 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("audit", help="check the tamper-evident audit file")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
-    check = actions.add_parser("verify", help="check every line's hash chain")
+    check = actions.add_parser(
+        "verify",
+        help="check the file's hash chain, and the file against the log",
+        description="Checks every line's hash chain, then compares the file with the event "
+        "log: each line must be the log's event at that place, and the file must reach the "
+        "projector's last anchor in the log and the projection's checkpoint (so a file cut "
+        "short, emptied or rewritten with a recomputed chain is found).",
+    )
     check.add_argument("--file", type=Path, help="default: $HPC_DS1_HOME/audit.jsonl")
+    check.add_argument(
+        "--chain-only",
+        action="store_true",
+        help="only the hash chain, without the log (does not see a file cut short)",
+    )
     add_home_argument(check)
     check.set_defaults(handler=handle_verify)
 
 
 def handle_verify(args: argparse.Namespace) -> int:
-    path: Path = args.file if args.file is not None else load_settings(home=args.home).audit_path
-    verdict = verify(path)
+    settings = load_settings(home=args.home)
+    path: Path = args.file if args.file is not None else settings.audit_path
+    if args.chain_only or not path.exists():
+        verdict = verify(path)
+    else:
+        with use_home(settings) as ends:
+            verdict = asyncio.run(_against_log(settings, path, ends.nats_url, ends.database_url))
+    return _report(verdict, path)
+
+
+def _report(verdict: Verdict, path: Path) -> int:
     if verdict.intact:
-        print(f"intact: {verdict.lines} lines ({path})")
+        more = f"; {verdict.detail}" if verdict.detail else ""
+        print(f"intact: {verdict.lines} lines ({path}){more}")
         return 0
     if verdict.broken_at is None:
-        print(f"not verified: {verdict.problem}")
+        print(f"not verified: {verdict.problem} ({path})")
     else:
         print(f"broken at line {verdict.broken_at}: {verdict.problem} ({path})")
     return 1
+
+
+async def _against_log(settings: Settings, path: Path, nats_url: str, database_url: str) -> Verdict:
+    bus = await EventBus.connect(settings, nats_url, "audit-verify")
+    chain = LogChain()
+    try:
+        async for chunk in bus.replay(1, batch=2000):
+            for raw in chunk:
+                chain.feed(raw.seq, raw.subject, raw.data)
+    finally:
+        await bus.close()
+    return verify_against_log(path, chain, await asyncio.to_thread(_projected_to, database_url))
+
+
+def _projected_to(database_url: str) -> int | None:
+    """The projection's checkpoint: the file is written before it, so it reaches it."""
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            value = conn.execute(select(tables.checkpoints.c.last_seq)).scalar()
+        return None if value is None else int(value)
+    except Exception:
+        return None
+    finally:
+        engine.dispose()
