@@ -6,8 +6,8 @@ import hashlib
 import pytest
 
 from hpc_ds1.tokens import (
-    ANONYMOUS_LOCAL,
     HOLDER_PATTERN,
+    TOKEN_PATTERN,
     ROLES,
     Principal,
     new_token,
@@ -21,6 +21,12 @@ def test_tokens_are_fresh_prefixed_and_long() -> None:
     tokens = {new_token() for _ in range(200)}
     assert len(tokens) == 200
     assert all(t.startswith("hds1_") and len(t) >= 5 + 43 for t in tokens)
+
+
+def test_only_token_shaped_text_is_looked_up() -> None:
+    assert all(TOKEN_PATTERN.match(new_token()) for _ in range(50))
+    for text in ("", "short", "hds1_" + "a" * 200, "hds1_abc def ghi jkl mno", "hds1_\x00" * 5):
+        assert not TOKEN_PATTERN.match(text), text
 
 
 def test_token_hash_is_sha256_hex() -> None:
@@ -64,6 +70,5 @@ def test_principal_is_frozen() -> None:
     p = Principal("alice", "engineer", "tok_1")
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.role = "admin"  # type: ignore[misc]
-    assert not p.anonymous and ANONYMOUS_LOCAL.anonymous
-    assert ANONYMOUS_LOCAL == Principal("anonymous@local", "viewer", None)
+    assert not hasattr(p, "anonymous")  # no anonymous principal: every call has a token
     assert set(ROLES) == {"viewer", "engineer", "admin", "agent"}

@@ -1,14 +1,35 @@
-"""Request bodies shared by the gateway, the CLI and the services, validated field by field."""
+"""Request bodies shared by the gateway, the CLI and the services, validated field by field.
+
+Bounds at the edge (documented maxima; everything past them is a 422 naming the field):
+sizes 1..MAX_SIZE (2**40, well inside the bigint columns downstream), ranks and threads
+1..4096, tile 1..MAX_TILE, runtimes in (0, MAX_RUNTIME_S], throughputs in [0, MAX_THROUGHPUT],
+floats finite; ids (device, session, approval) match SAFE_ID (no '.', '*', '>' or whitespace:
+they become NATS subject tokens); no string carries a NUL or another control character (a note
+may hold newlines and tabs) and notes are at most MAX_NOTE characters.
+
+`DecideBody` is what an HTTP caller may send to POST /v1/decide; the gateway turns it into the
+internal `DecideRequest` (source "api", the actor from the caller's credential), which the CLI,
+the coordinator and the decision service exchange over NATS."""
 
 from __future__ import annotations
 
-import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+MAX_SIZE: Final = 2**40
+MAX_TILE: Final = 2**24
+MAX_RUNTIME_S: Final = 1e7
+MAX_THROUGHPUT: Final = 1e15
+MAX_NOTE: Final = 2000
+MAX_SEQ: Final = 2**63 - 1  # the largest bigint: paging parameters stop here
+SAFE_ID_PATTERN: Final = r"^[A-Za-z0-9_\-]{1,64}$"
+SAFE_ID_RULE: Final = "1 to 64 of letters, digits, '_' or '-'"
+SAFE_ID: Final = re.compile(SAFE_ID_PATTERN)
 _WORKLOAD = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _workload_name(value: str) -> str:
@@ -17,7 +38,28 @@ def _workload_name(value: str) -> str:
     return value
 
 
-WorkloadName = Annotated[str, AfterValidator(_workload_name)]
+def _no_control(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("must not contain NUL or other control characters")
+    return value
+
+
+def _note_text(value: str) -> str:
+    if _CONTROL_BUT_LINES.search(value):
+        raise ValueError("must not contain NUL or control characters (newlines and tabs are fine)")
+    return value
+
+
+WorkloadName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$"), AfterValidator(_workload_name)
+]
+SafeId = Annotated[
+    str,
+    StringConstraints(pattern=SAFE_ID_PATTERN, min_length=1, max_length=64),
+]
+Note = Annotated[str, StringConstraints(max_length=MAX_NOTE), AfterValidator(_note_text)]
+Text = Annotated[str, StringConstraints(max_length=256), AfterValidator(_no_control)]
+Size = Annotated[int, Field(gt=0, le=MAX_SIZE, strict=True)]
 
 
 class ConfigIn(BaseModel):
@@ -27,7 +69,7 @@ class ConfigIn(BaseModel):
 
     ranks: int = Field(ge=1, le=4096)
     threads: int = Field(ge=1, le=4096)
-    tile: int | None = Field(default=None, ge=1)
+    tile: int | None = Field(default=None, ge=1, le=MAX_TILE)
     gpu: bool = False
 
 
@@ -36,29 +78,47 @@ class Telemetry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    runtime_s: float = Field(gt=0, description="Measured runtime in seconds.")
-    throughput: float | None = Field(default=None, ge=0, description="GFLOP/s or GB/s.")
+    runtime_s: float = Field(
+        gt=0,
+        le=MAX_RUNTIME_S,
+        allow_inf_nan=False,
+        description=f"Measured runtime in seconds, above 0 and at most {MAX_RUNTIME_S:g}.",
+    )
+    throughput: Annotated[float, Field(ge=0, le=MAX_THROUGHPUT, allow_inf_nan=False)] | None = (
+        Field(default=None, description=f"GFLOP/s or GB/s, 0 to {MAX_THROUGHPUT:g}.")
+    )
 
-    @field_validator("runtime_s", "throughput")
-    @classmethod
-    def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be a finite number")
-        return value
 
+class DecideBody(BaseModel):
+    """POST /v1/decide: the job as it runs now. Who asks, and for which session and device, is
+    not the caller's to say: the gateway sets it from the credential."""
 
-class DecideRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: WorkloadName = Field(description="A workload name, e.g. gemm.")
-    size: int = Field(gt=0, strict=True)
+    size: Size = Field(description=f"Problem size, 1 to {MAX_SIZE}.")
+    config: ConfigIn
+    telemetry: Telemetry | None = Field(
+        default=None,
+        description="Without it the job is first run for real on the device (engineer role).",
+    )
+
+
+class DecideRequest(BaseModel):
+    """What the decision service is asked over NATS (internal: the gateway, the CLI and the
+    coordinator build it; HTTP callers send a DecideBody)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: WorkloadName = Field(description="A workload name, e.g. gemm.")
+    size: Size
     config: ConfigIn
     telemetry: Telemetry | None = Field(
         default=None, description="Without it the job is first run for real on the device."
     )
-    device_id: str | None = Field(default=None, description="Default: the coordinator's machine.")
+    device_id: SafeId | None = Field(default=None, description="Default: the local device.")
     source: str = Field(default="api", pattern=r"^[a-z_]{1,32}$")
-    session_id: str | None = None
+    session_id: SafeId | None = None
 
 
 class RunRequest(BaseModel):
@@ -66,12 +126,12 @@ class RunRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: str
-    size: int = Field(gt=0)
+    workload: WorkloadName
+    size: Size
     config: dict[str, Any]
     repeats: int = Field(default=3, ge=1, le=50)
-    purpose: str = "run"
-    actor: str = "agent"
+    purpose: str = Field(default="run", pattern=r"^[a-z_]{1,32}$")
+    actor: Text = "agent"
 
 
 class StartSessionRequest(BaseModel):
@@ -80,8 +140,21 @@ class StartSessionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: WorkloadName
-    size: int = Field(gt=0, strict=True)
+    size: Size
     start: ConfigIn | None = None
-    device_id: str | None = None
-    session_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]{8,64}$")
+    device_id: SafeId | None = Field(default=None, description="Default: the local device.")
+    session_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_\-]{8,64}$",
+        description="8 to 64 of letters, digits, '_' or '-'; default: a new id.",
+    )
     wait_for_engineer: bool = True
+
+
+class ApprovalVerdict(BaseModel):
+    """POST /v1/approvals/{approval_id}: approve or reject a waiting move."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decision: Literal["approve", "reject"]
+    note: Note = ""

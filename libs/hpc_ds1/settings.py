@@ -24,6 +24,12 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
+    max_body_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        le=64 << 20,
+        description="Largest HTTP request body the gateway reads (413 beyond it).",
+    )
     nats_sync: Literal["always", "default"] = Field(
         default="always",
         description="Embedded NATS fsync policy: 'always' puts an acknowledged event on disk.",

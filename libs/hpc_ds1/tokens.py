@@ -22,22 +22,19 @@ PERSON_ROLES: Final[tuple[str, ...]] = ("viewer", "engineer", "admin")
 _RANK: Final[dict[str, int]] = {"viewer": 1, "engineer": 2, "admin": 3}
 HOLDER_PATTERN: Final = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 HOLDER_RULE: Final = "1 to 64 of letters, digits, '_', '.', '@' or '-'"
+# What a bearer token can look like (ours are hds1_ + 43 url-safe characters): anything else is
+# refused before it is hashed or looked up.
+TOKEN_PATTERN: Final = re.compile(r"^[A-Za-z0-9_\-]{16,128}$")
 
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request or command acts as: a token holder, or the anonymous local reader."""
+    """Who a request or command acts as: the holder of a registered, unrevoked token. There is
+    no anonymous principal: every API call but health and the login exchange carries a token."""
 
     name: str
     role: str
-    token_id: str | None = None
-
-    @property
-    def anonymous(self) -> bool:
-        return self.token_id is None
-
-
-ANONYMOUS_LOCAL: Final = Principal("anonymous@local", "viewer", None)
+    token_id: str
 
 
 def new_token() -> str:
@@ -66,6 +63,8 @@ def role_allows(have: str, need: str) -> bool:
 
 def lookup(engine: Engine, token: str) -> Principal | None:
     """The holder of a token that exists and is not revoked; None otherwise. Blocking (DB)."""
+    if not TOKEN_PATTERN.match(token):
+        return None
     t = tables.tokens
     query = select(t.c.token_id, t.c.holder, t.c.role).where(
         t.c.sha256 == token_hash(token), t.c.revoked.is_(False)

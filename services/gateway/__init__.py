@@ -9,11 +9,15 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from hpc_ds1.credentials import register_cli_token
+from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
 
 from .app import create_app
 
 __all__ = ["create_app", "run"]
+
+log = get_logger("gateway")
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -42,7 +46,24 @@ def _listen(host: str, port: int) -> socket.socket:
     return listener
 
 
+async def _register_cli_token(ctx: ServiceContext) -> None:
+    """The home's CLI credential (credentials/cli.token) as an admin token of the home's owner;
+    logged, never raised: the API serves either way."""
+    try:
+        await register_cli_token(ctx.bus, ctx.engine, ctx.settings.home)
+    except Exception as error:
+        log.error("cli_token_not_registered", error=f"{type(error).__name__}: {error}")
+
+
 async def run(ctx: ServiceContext) -> None:
+    registering = asyncio.create_task(_register_cli_token(ctx))
+    try:
+        await _serve(ctx)
+    finally:
+        registering.cancel()
+
+
+async def _serve(ctx: ServiceContext) -> None:
     app = create_app(ctx.settings, ctx.bus, ctx.engine)
     config = uvicorn.Config(
         app, host=ctx.settings.host, port=ctx.settings.port, log_config=None, access_log=False

@@ -4,97 +4,150 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-import uuid
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-import structlog
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine, select, text
 
 from hpc_ds1 import __version__
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.log import get_logger
+from hpc_ds1.requests import MAX_SEQ
 from hpc_ds1.runtime import SERVICES
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import status_subject
 from hpc_ds1.tokens import Principal
 
 from .audit_api import audit_router
-from .auth import auth_router, install_auth, require
+from .auth import auth_router, install_auth, login_exchange, require
 from .decide import decide_router
+from .edge import BodyLimit, RequestLog
 from .evaluation_api import evaluation_router
+from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
 
 log = get_logger("gateway")
+
+# Fields of event data never served: a token's hash is as good as an offline guessing oracle.
+REDACTED_FIELDS: dict[str, frozenset[str]] = {"token.created": frozenset({"sha256"})}
+PROBLEM_CHARS = 200
+
+
+class Check(BaseModel):
+    ok: bool
+    problem: str | None = None
+
+
+class ServicesCheck(BaseModel):
+    ok: bool
+    missing: list[str]
+    unhealthy: dict[str, str]
+
+
+class Checks(BaseModel):
+    nats: Check
+    postgres: Check
+    services: ServicesCheck
+    projector_lag: int | float | None = None
+
+
+class Readiness(BaseModel):
+    ready: bool
+    checks: Checks
+
+
+class EventRow(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    seq: int
+    type: str
+    subject: str
+    time: str | None
+    actor: str | None
+    source: str | None
+    data: dict[str, Any] | None
+
+
+class EventsPage(BaseModel):
+    events: list[EventRow]
+    next_after: int | None
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
 
 
 def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app = FastAPI(
         title="HPC-DS1",
         version=__version__,
-        description="Tunes HPC jobs one change at a time; every decision is an event.",
+        description="Tunes HPC jobs one change at a time; every decision is an event. Every "
+        "call but /healthz and /readyz needs a token: 'Authorization: Bearer <token>', or the "
+        "cookie the login URL printed by `hpc-ds1 serve` sets.",
     )
 
-    @app.middleware("http")
-    async def request_id(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        rid = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
-        structlog.contextvars.bind_contextvars(request_id=rid)
-        started = time.perf_counter()
-        try:
-            response = await call_next(request)
-        finally:
-            structlog.contextvars.unbind_contextvars("request_id")
-        response.headers["x-request-id"] = rid
-        log.info(
-            "request",
-            request_id=rid,
-            method=request.method,
-            path=request.url.path,
-            status=response.status_code,
-            ms=round((time.perf_counter() - started) * 1000, 2),
-        )
-        return response
-
-    @app.get("/", include_in_schema=False)
-    async def console() -> RedirectResponse:
+    @app.get("/", include_in_schema=False, response_model=None)
+    async def console(request: Request, token: str | None = None) -> Response:
+        if token is not None:
+            return await login_exchange(request, token)
         return RedirectResponse("/docs")
 
     @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
+    async def healthz() -> Health:
         """The gateway process is up."""
-        return {"status": "ok"}
+        return Health(status="ok")
 
-    @app.get("/readyz", tags=["health"])
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        response_model=Readiness,
+        responses={503: {"model": Readiness, "description": "Not ready: the failing checks."}},
+    )
     async def readyz() -> JSONResponse:
-        """NATS and Postgres reachable, and every service answering."""
-        checks = {
-            "nats": await _check_nats(bus),
-            "postgres": await asyncio.to_thread(_check_postgres, engine),
-            "services": await _check_services(settings, bus),
-        }
-        ready = all(c["ok"] for c in checks.values())
-        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+        """NATS and Postgres reachable, every service answering and healthy by its own account
+        (a stuck or lagging projector says so); the projector's lag when it reports one."""
+        nats, postgres, services = await asyncio.gather(
+            _check_nats(bus),
+            asyncio.to_thread(_check_postgres, engine),
+            _check_services(settings, bus),
+        )
+        checks = Checks(
+            nats=nats, postgres=postgres, services=services[0], projector_lag=services[1]
+        )
+        ready = nats.ok and postgres.ok and services[0].ok
+        body = Readiness(ready=ready, checks=checks)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
-    @app.get("/v1/events", tags=["events"])
+    @app.get("/v1/events", tags=["events"], responses=READ_ERRORS)
     async def list_events(
         _: Annotated[Principal, Depends(require("viewer"))],
-        type: str | None = Query(None, description="Exact event type, e.g. device.registered"),
-        subject: str | None = Query(None, description="Subject prefix, e.g. hpcds1.device."),
-        after: int = Query(0, ge=0, description="Return events with a sequence above this."),
+        type: str | None = Query(
+            None,
+            pattern=r"^[a-z_]{1,32}\.[a-z_]{1,32}$",
+            description="Exact event type, e.g. device.registered",
+        ),
+        subject: str | None = Query(
+            None,
+            max_length=256,
+            pattern=r"^[A-Za-z0-9_.\-]*$",
+            description="Subject prefix, e.g. hpcds1.device.",
+        ),
+        after: int = Query(0, ge=0, le=MAX_SEQ, description="Events with a sequence above this."),
         limit: int = Query(100, ge=1, le=1000),
-    ) -> dict[str, Any]:
-        """The event log as projected, oldest first; page with `after` = the last `seq` seen."""
+    ) -> EventsPage:
+        """The event log as projected, oldest first; page with `after` = the last `seq` seen.
+        Token events carry no hash."""
         rows = await asyncio.to_thread(_query_events, engine, type, subject, after, limit)
-        return {"events": rows, "next_after": rows[-1]["seq"] if len(rows) == limit else None}
+        return EventsPage(
+            events=[EventRow.model_validate(r) for r in rows],
+            next_after=rows[-1]["seq"] if len(rows) == limit else None,
+        )
 
-    install_auth(app, settings, engine)
+    install_auth(app, settings, engine, bus)
     app.include_router(auth_router(settings, engine))
     app.include_router(decide_router(settings, bus))
     app.include_router(sessions_router(settings, bus, engine))
@@ -105,47 +158,131 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
         # Field-level messages; the offending input is not echoed (it may be NaN or a secret).
         detail = [
-            {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in error.errors()
+            {
+                "loc": [str(x) if not isinstance(x, int) else x for x in e["loc"]],
+                "msg": e["msg"],
+                "type": e["type"],
+            }
+            for e in error.errors()
         ]
-        return JSONResponse({"error": "invalid request", "detail": detail}, status_code=422)
+        where = ", ".join(".".join(str(x) for x in d["loc"]) for d in detail[:5])
+        body = {
+            "error": f"invalid request: {where}" if where else "invalid request",
+            "detail": detail,
+        }
+        return JSONResponse(body, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
         return JSONResponse(
-            {"error": error.detail}, status_code=error.status_code, headers=error.headers
+            _error_body(error.detail), status_code=error.status_code, headers=error.headers
         )
 
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestLog)
+    _declare_internal_error(app)
     return app
 
 
-async def _check_nats(bus: EventBus) -> dict[str, Any]:
+def _error_body(detail: Any) -> dict[str, Any]:
+    """An ErrorBody from an HTTPException's detail: a sentence, or a service's list of issues."""
+    if isinstance(detail, str):
+        return {"error": detail}
+    if isinstance(detail, list):
+        issues = [
+            {
+                "loc": [x if isinstance(x, int) else str(x) for x in d.get("loc", [])],
+                "msg": str(d.get("msg", "")),
+                "type": str(d.get("type", "")),
+            }
+            for d in detail
+            if isinstance(d, dict)
+        ]
+        return {"error": "invalid request", "detail": issues}
+    return {"error": str(detail)}
+
+
+def _declare_internal_error(app: FastAPI) -> None:
+    """Every operation may answer 500 (a JSON ErrorBody naming the request id, nothing else)."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = original()
+        ref = {"$ref": "#/components/schemas/ErrorBody"}
+        components = spec.setdefault("components", {}).setdefault("schemas", {})
+        if "ErrorBody" not in components:
+            components["ErrorBody"] = ErrorBody.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            components.update(components["ErrorBody"].pop("$defs", {}))
+        for operations in spec.get("paths", {}).values():
+            for operation in operations.values():
+                operation.setdefault("responses", {}).setdefault(
+                    "500",
+                    {
+                        "description": "Internal error (its request id names it in the log).",
+                        "content": {"application/json": {"schema": ref}},
+                    },
+                )
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+async def _check_nats(bus: EventBus) -> Check:
     try:
         await asyncio.wait_for(bus.js.stream_info(bus.stream), timeout=2.0)
-        return {"ok": True}
+        return Check(ok=True)
     except Exception as error:
-        return {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        log.warning("not_ready", check="nats", error=f"{type(error).__name__}: {error}")
+        return Check(ok=False, problem="the event stream is not reachable")
 
 
-def _check_postgres(engine: Engine) -> dict[str, Any]:
+def _check_postgres(engine: Engine) -> Check:
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-        return {"ok": True}
+        return Check(ok=True)
     except Exception as error:
-        return {"ok": False, "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+        log.warning("not_ready", check="postgres", error=f"{type(error).__name__}: {error}")
+        return Check(ok=False, problem="the database is not reachable")
 
 
-async def _check_services(settings: Settings, bus: EventBus) -> dict[str, Any]:
-    async def ask(name: str) -> tuple[str, bool]:
+async def _check_services(
+    settings: Settings, bus: EventBus
+) -> tuple[ServicesCheck, int | float | None]:
+    async def ask(name: str) -> tuple[str, dict[str, Any] | None]:
         try:
             reply = await bus.nc.request(status_subject(settings, name), b"", timeout=1.0)
-            return name, json.loads(reply.data).get("service") == name
+            body = json.loads(reply.data)
         except Exception:
-            return name, False
+            return name, None
+        if not isinstance(body, dict) or body.get("service") != name:
+            return name, None
+        return name, body
 
     answers = dict(await asyncio.gather(*(ask(n) for n in SERVICES)))
-    missing = [n for n, ok in answers.items() if not ok]
-    return {"ok": not missing, "missing": missing}
+    missing = [n for n, body in answers.items() if body is None]
+    unhealthy = {
+        n: str(body.get("problem") or "unhealthy")[:PROBLEM_CHARS]
+        for n, body in answers.items()
+        if body is not None and body.get("healthy") is False
+    }
+    lag = (answers.get("projector") or {}).get("lag")
+    if not isinstance(lag, int | float) or isinstance(lag, bool):
+        lag = None
+    check = ServicesCheck(ok=not missing and not unhealthy, missing=missing, unhealthy=unhealthy)
+    return check, lag
+
+
+def _redact(event_type: str, data: Any) -> Any:
+    hidden = REDACTED_FIELDS.get(event_type)
+    if not hidden or not isinstance(data, dict):
+        return data
+    return {k: v for k, v in data.items() if k not in hidden}
 
 
 def _query_events(
@@ -159,4 +296,11 @@ def _query_events(
         query = query.where(t.c.subject.startswith(subject, autoescape=True))
     with engine.connect() as conn:
         rows = conn.execute(query).mappings().all()
-    return [{**row, "time": row["time"].isoformat() if row["time"] else None} for row in rows]
+    return [
+        {
+            **row,
+            "time": row["time"].isoformat() if row["time"] else None,
+            "data": _redact(row["type"], row["data"]),
+        }
+        for row in rows
+    ]

@@ -4,16 +4,18 @@ read from the projection. Reading needs `require("viewer")`."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import Engine, func, select
 
 from hpc_ds1.db import tables
+from hpc_ds1.requests import MAX_SEQ, SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
 from .auth import require
+from .schemas import ERRORS_401_403, READ_ERRORS
 
 MAX_LIMIT = 1000
 
@@ -116,17 +118,25 @@ def query_stats(engine: Engine) -> dict[str, Any]:
 def audit_router(settings: Settings, engine: Engine) -> APIRouter:
     router = APIRouter(tags=["audit"])
 
-    @router.get("/v1/audit")
+    @router.get("/v1/audit", responses=READ_ERRORS)
     async def audit(
         _: Reader,
-        after: int | None = Query(None, ge=0, description="Oldest first, seq above this."),
-        before: int | None = Query(None, ge=1, description="Newest first, seq below this."),
+        after: int | None = Query(
+            None, ge=0, le=MAX_SEQ, description="Oldest first, seq above this."
+        ),
+        before: int | None = Query(
+            None, ge=1, le=MAX_SEQ, description="Newest first, seq below this."
+        ),
         limit: int = Query(100, ge=1, le=MAX_LIMIT),
-        source: str | None = Query(None, description="api, cli, python, session or task"),
-        mode: str | None = Query(None, description="auto, confirm or escalate"),
-        workload: str | None = None,
-        device_id: str | None = None,
-        session_id: str | None = None,
+        source: str | None = Query(
+            None, pattern=r"^[a-z_]{1,32}$", description="api, cli, python, session or task"
+        ),
+        mode: Literal["auto", "confirm", "escalate"] | None = Query(
+            None, description="auto, confirm or escalate"
+        ),
+        workload: str | None = Query(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$"),
+        device_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
+        session_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
     ) -> dict[str, Any]:
         """Every decision the service made, with who approved it ('auto' when it ran by
         itself). Newest first, next page with `before` = `next_before`; or oldest first
@@ -149,7 +159,7 @@ def audit_router(settings: Settings, engine: Engine) -> APIRouter:
             "next_before": last if full and after is None else None,
         }
 
-    @router.get("/v1/stats")
+    @router.get("/v1/stats", responses=ERRORS_401_403)
     async def stats(_: Reader) -> dict[str, Any]:
         """Devices online, sessions running (or paused), tasks queued or running (null until
         tasks exist), moves waiting for an engineer, and the share of logged decisions that ran

@@ -1,56 +1,68 @@
-"""Who is calling: bearer tokens looked up by their SHA-256, and the loopback policy.
+"""Who is calling: a credential, never an address.
 
-Policy: `require("viewer")` lets an anonymous request read when the gateway listens on loopback
-only; beyond loopback reading needs a viewer (or higher) token. `require("engineer")` always
-needs an engineer or admin token. A token that is given is always checked: unknown or revoked is
-401, too low a role is 403. Tokens are never logged or echoed; only their public ids are.
+Every API call carries a token, except GET /healthz, GET /readyz and the login exchange
+(GET /?token=<one-time token>). A token comes as `Authorization: Bearer <token>` or as the
+session cookie the login exchange sets; it is looked up by its SHA-256 in the tokens table:
+unknown or revoked is 401, too low a role is 403. Roles for people: viewer < engineer < admin;
+`agent` is separate and satisfies only a need for `agent`. Where the gateway listens (loopback,
+behind a reverse proxy or an SSH tunnel) changes nothing.
 
-Wiring (in create_app): `install_auth(app, settings, engine)` once, then use the dependencies:
-`Depends(require("engineer"))`, `Depends(optional_principal)`."""
+A cookie is sent by the browser on its own, so a cookie-authenticated POST (or any method that
+changes something) must also prove it comes from a page of this origin: an `Origin` header
+whose host is the request's `Host`, or an `X-Requested-With` header (which a cross-site form
+cannot set). The cookie itself is HttpOnly and SameSite=Strict.
+
+Tokens are never logged or echoed; only their public ids are.
+
+Wiring (in create_app): `install_auth(app, settings, engine, bus)` once, then the dependencies
+`Depends(require("engineer"))`, `Depends(authenticated)`."""
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, RedirectResponse
+from pydantic import BaseModel
 from sqlalchemy import Engine
 
+from hpc_ds1.bus import EventBus
+from hpc_ds1.credentials import consume_login_token, owner_name, publish_token
 from hpc_ds1.log import get_logger
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import ANONYMOUS_LOCAL, ROLES, Principal, lookup, role_allows
+from hpc_ds1.tokens import ROLES, Principal, lookup, new_token, role_allows
+
+from .schemas import ERRORS_401_403, ErrorBody
 
 log = get_logger("gateway.auth")
 
+SESSION_COOKIE = "hpc_ds1_session"
+CSRF_HEADER = "x-requested-with"
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_HOW = (
+    "send 'Authorization: Bearer <token>' (the CLI on this home uses "
+    "$HPC_DS1_HOME/credentials/cli.token), or open the login URL `hpc-ds1 serve` printed "
+    "(`hpc-ds1 token login` prints a new one)"
+)
 
 
 @dataclass(frozen=True)
 class AuthContext:
     settings: Settings
     engine: Engine
-
-    @property
-    def loopback(self) -> bool:
-        return listens_on_loopback(self.settings.host)
+    bus: EventBus | None = None
 
 
-def listens_on_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost; False for 0.0.0.0, :: and real addresses."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def install_auth(app: FastAPI, settings: Settings, engine: Engine) -> None:
-    """Give the auth dependencies the settings (listening host) and the tokens table."""
-    app.state.auth = AuthContext(settings, engine)
+def install_auth(
+    app: FastAPI, settings: Settings, engine: Engine, bus: EventBus | None = None
+) -> None:
+    """Give the auth dependencies the tokens table (and the bus the login exchange needs)."""
+    app.state.auth = AuthContext(settings, engine, bus)
 
 
 def _context(request: Request) -> AuthContext:
@@ -60,44 +72,70 @@ def _context(request: Request) -> AuthContext:
     return context
 
 
-def _bearer(request: Request) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header; None without the header."""
+def _credential(request: Request) -> tuple[str, Literal["bearer", "cookie"]] | None:
+    """The token and how it came: an `Authorization: Bearer` header wins over the cookie."""
     header = request.headers.get("authorization")
-    if header is None:
-        return None
-    scheme, _, value = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        # Never echo the header: it may hold a secret in another scheme.
-        raise HTTPException(401, "the Authorization header must be 'Bearer <token>'", _CHALLENGE)
-    return value.strip()
+    if header is not None:
+        scheme, _, value = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            # Never echo the header: it may hold a secret in another scheme.
+            raise HTTPException(
+                401, "the Authorization header must be 'Bearer <token>'", _CHALLENGE
+            )
+        return value.strip(), "bearer"
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return cookie, "cookie"
+    return None
 
 
-async def _identify(request: Request) -> Principal | None:
-    """The token's holder; None when no token is given; 401 for an unknown or revoked one."""
-    token = _bearer(request)
-    if token is None:
-        return None
-    context = _context(request)
-    principal = await asyncio.to_thread(lookup, context.engine, token)
+def same_origin(request: Request) -> bool:
+    """Whether an unsafe cookie-authenticated request shows it comes from this origin."""
+    if request.headers.get(CSRF_HEADER):
+        return True
+    origin = request.headers.get("origin")
+    host = request.headers.get("host")
+    if not origin or not host or origin == "null":
+        return False
+    return urlsplit(origin).netloc.lower() == host.lower()
+
+
+async def _identify(request: Request, need: str) -> Principal:
+    """The caller's Principal; 401 without a credential or with an unknown or revoked one."""
+    found = _credential(request)
+    if found is None:
+        raise HTTPException(401, f"this needs a {need} token: {_HOW}", _CHALLENGE)
+    token, via = found
+    principal = await asyncio.to_thread(lookup, _context(request).engine, token)
     if principal is None:
-        log.info("auth_rejected", reason="unknown or revoked token", path=request.url.path)
+        log.info("auth_rejected", reason="unknown or revoked token", via=via, path=request.url.path)
         raise HTTPException(
             401,
-            "unknown or revoked token: ask an admin for a new one (hpc-ds1 token create)",
+            "unknown or revoked token: ask an admin for a new one (hpc-ds1 token create)"
+            if via == "bearer"
+            else "the session cookie is no longer valid: log in again (hpc-ds1 token login)",
             _CHALLENGE,
         )
+    if via == "cookie" and request.method not in _SAFE_METHODS and not same_origin(request):
+        log.info("auth_rejected", reason="cross-origin cookie request", path=request.url.path)
+        raise HTTPException(
+            403,
+            "a request authenticated by the session cookie that changes something must come "
+            "from this origin (an Origin header matching Host) or carry an X-Requested-With "
+            "header; scripts should send 'Authorization: Bearer <token>'",
+        )
+    request.state.principal = principal
+    request.state.via = via
     return principal
 
 
 def _admit(request: Request, principal: Principal) -> Principal:
-    request.state.principal = principal
-    request.state.actor = principal.name
-    # The anonymous local reader would be one line per page view: debug only.
-    (log.debug if principal.anonymous else log.info)(
+    log.info(
         "authorized",
         who=principal.name,
         role=principal.role,
         token_id=principal.token_id,
+        via=getattr(request.state, "via", None),
         path=request.url.path,
     )
     return principal
@@ -109,17 +147,7 @@ def require(role: str) -> Callable[[Request], Awaitable[Principal]]:
         raise ValueError(f"unknown role {role!r}; the roles are: {', '.join(ROLES)}")
 
     async def dependency(request: Request) -> Principal:
-        principal = await _identify(request)
-        if principal is None:
-            if role == "viewer" and _context(request).loopback:
-                return _admit(request, ANONYMOUS_LOCAL)
-            where = "" if role != "viewer" else " (the gateway listens beyond loopback)"
-            raise HTTPException(
-                401,
-                f"this needs a {role} token{where}: send 'Authorization: Bearer <token>'; "
-                f"create one with: hpc-ds1 token create --name NAME --role {role}",
-                _CHALLENGE,
-            )
+        principal = await _identify(request, role)
         if not role_allows(principal.role, role):
             needed = "an agent token" if role == "agent" else _needed(role)
             raise HTTPException(
@@ -137,36 +165,68 @@ def _needed(role: str) -> str:
     return "a token of role " + " or ".join(higher)
 
 
-async def optional_principal(request: Request) -> Principal:
-    """The token's holder when a token is given (any role); otherwise the anonymous local user
-    when the gateway listens on loopback; otherwise 401. Sets `request.state.actor`."""
-    principal = await _identify(request)
-    if principal is None:
-        if not _context(request).loopback:
-            raise HTTPException(
-                401,
-                "this gateway listens beyond loopback: send 'Authorization: Bearer <token>'",
-                _CHALLENGE,
-            )
-        principal = ANONYMOUS_LOCAL
-    return _admit(request, principal)
+async def authenticated(request: Request) -> Principal:
+    """The caller's Principal, of any role (agents included); 401 without a valid token."""
+    return _admit(request, await _identify(request, "valid"))
+
+
+class WhoAmI(BaseModel):
+    name: str
+    role: str
+    token_id: str
+    via: Literal["bearer", "cookie"]
 
 
 def auth_router(settings: Settings, engine: Engine) -> APIRouter:
-    """GET /v1/whoami. The app must also get `install_auth(app, settings, engine)`."""
+    """GET /v1/whoami. The app must also get `install_auth(app, settings, engine, bus)`."""
     router = APIRouter(tags=["auth"])
 
-    @router.get("/v1/whoami")
+    @router.get("/v1/whoami", responses=ERRORS_401_403)
     async def whoami(
-        principal: Annotated[Principal, Depends(optional_principal)],
-    ) -> dict[str, Any]:
-        """Who this request acts as: a token's holder and role, or the anonymous local reader."""
-        return {
-            "name": principal.name,
-            "role": principal.role,
-            "token_id": principal.token_id,
-            "anonymous": principal.anonymous,
-            "loopback": listens_on_loopback(settings.host),
-        }
+        request: Request, principal: Annotated[Principal, Depends(authenticated)]
+    ) -> WhoAmI:
+        """Who this request acts as: the token's holder, role and public id, and whether the
+        token came as a bearer header or as the login cookie."""
+        return WhoAmI(
+            name=principal.name,
+            role=principal.role,
+            token_id=principal.token_id,
+            via=getattr(request.state, "via", "bearer"),
+        )
 
     return router
+
+
+LOGIN_WAIT_S = 10.0
+
+
+async def login_exchange(request: Request, token: str) -> RedirectResponse | JSONResponse:
+    """GET /?token=<one-time token>: trade it, once, for a session cookie holding a fresh admin
+    token of the home's owner (registered like any token: listed and revocable), then back to /."""
+    context = _context(request)
+    used = await asyncio.to_thread(consume_login_token, context.settings.home, token)
+    if not used:
+        log.info("login_rejected", reason="unknown or used one-time token")
+        body = ErrorBody(
+            error="this login link was already used or is not valid: run `hpc-ds1 token login` "
+            "on the home for a new one"
+        )
+        return JSONResponse(body.model_dump(), status_code=401)
+    if context.bus is None:
+        raise RuntimeError("install_auth needs the bus for the login exchange")
+    session = new_token()
+    holder = owner_name()
+    active = await publish_token(
+        context.bus, context.engine, session, holder=holder, role="admin", wait_s=LOGIN_WAIT_S
+    )
+    log.info("login", holder=holder, active=active)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        session,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response

@@ -1,4 +1,9 @@
-"""POST /v1/decide: a NATS request to the decision service."""
+"""POST /v1/decide: a NATS request to the decision service.
+
+The caller sends a `DecideBody` (workload, size, config, telemetry); the gateway builds the
+internal `DecideRequest` with source "api" and no session or device of the caller's choosing,
+and the actor from the credential. With telemetry the answer is one forward pass (viewer role);
+without it the job first runs for real on the device, which needs an engineer."""
 
 from __future__ import annotations
 
@@ -8,16 +13,31 @@ import orjson
 from fastapi import APIRouter, Depends, HTTPException
 
 from hpc_ds1.bus import EventBus
-from hpc_ds1.requests import DecideRequest
+from hpc_ds1.requests import DecideBody, DecideRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import decide_subject
-from hpc_ds1.tokens import Principal
+from hpc_ds1.tokens import Principal, role_allows
 
-from .auth import optional_principal
+from .auth import authenticated
+from .schemas import E404, E409, E503, WRITE_ERRORS
 
 # With telemetry the answer is one forward pass; without it the job runs first, for real.
 FORWARD_PASS_TIMEOUT_S = 10.0
 REAL_RUN_TIMEOUT_S = 900.0
+
+
+def service_status(answer: dict[str, Any]) -> int:
+    """The HTTP status for a service's `{"ok": false, "status": N}` reply: its own 4xx or 5xx,
+    502 when it gave none that is valid."""
+    status = answer.get("status")
+    if isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599:
+        return status
+    return 502
+
+
+def service_error(answer: dict[str, Any]) -> Any:
+    error = answer.get("error")
+    return error if isinstance(error, str | list) else "the service refused the request"
 
 
 async def request_decision(
@@ -31,11 +51,13 @@ async def request_decision(
             timeout=timeout,
             headers={"Hpc-Actor": actor},
         )
-    except Exception as error:
-        raise HTTPException(503, f"the decision service did not answer: {error!r}") from None
+    except Exception:
+        raise HTTPException(
+            503, f"the decision service did not answer within {timeout:g} s"
+        ) from None
     answer = orjson.loads(reply.data)
     if not answer.get("ok"):
-        raise HTTPException(int(answer.get("status", 500)), answer.get("error"))
+        raise HTTPException(service_status(answer), service_error(answer))
     decision: dict[str, Any] = answer["decision"]
     return decision
 
@@ -43,13 +65,27 @@ async def request_decision(
 def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
     router = APIRouter(tags=["decisions"])
 
-    @router.post("/v1/decide")
+    @router.post("/v1/decide", responses={**WRITE_ERRORS, **E404, **E409, **E503})
     async def decide(
-        body: DecideRequest, who: Annotated[Principal, Depends(optional_principal)]
+        body: DecideBody, who: Annotated[Principal, Depends(authenticated)]
     ) -> dict[str, Any]:
         """The model's next move for a job: choice, confidence, mode (auto / confirm /
-        escalate) and the reasons it is not auto. Without `telemetry` the job is first run
-        for real on the device; with it, the answer is one forward pass and nothing runs."""
-        return await request_decision(bus, settings, body, who.name)
+        escalate) and the reasons it is not auto. With `telemetry` the answer is one forward
+        pass and nothing runs (viewer role); without it the job is first run for real on the
+        device (engineer role)."""
+        need = "viewer" if body.telemetry is not None else "engineer"
+        if not role_allows(who.role, need):
+            why = "" if need == "viewer" else " (without telemetry the job runs for real)"
+            raise HTTPException(
+                403, f"{who.name} holds a {who.role} token; this needs a {need} or higher{why}"
+            )
+        request = DecideRequest(
+            workload=body.workload,
+            size=body.size,
+            config=body.config,
+            telemetry=body.telemetry,
+            source="api",
+        )
+        return await request_decision(bus, settings, request, who.name)
 
     return router

@@ -7,15 +7,17 @@ import asyncio
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.responses import FileResponse
 from sqlalchemy import Engine, select
 
 from hpc_ds1.db import tables
+from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
 from .auth import require
+from .schemas import E404, READ_ERRORS
 
 NO_EVALUATION = "no evaluation yet: run `hpc-ds1 evaluate` (or `hpc-ds1 evaluate --quick`)"
 PLOT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.png")
@@ -54,11 +56,15 @@ def query_latest(
 def evaluation_router(settings: Settings, engine: Engine) -> APIRouter:
     router = APIRouter(tags=["evaluation"])
 
-    @router.get("/v1/evaluation")
+    @router.get("/v1/evaluation", responses={**READ_ERRORS, **E404})
     async def evaluation(
         _: Reader,
-        device_id: str | None = Query(None, description="Only this device's evaluations."),
-        model_version: str | None = Query(None, description="Only this model's evaluations."),
+        device_id: str | None = Query(
+            None, pattern=SAFE_ID_PATTERN, description="Only this device's evaluations."
+        ),
+        model_version: str | None = Query(
+            None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="Only this model's evaluations."
+        ),
     ) -> dict[str, Any]:
         """The latest evaluation (hpc-ds1 evaluate): how well the model ranks configurations
         and picks moves on held-out sizes, with its plots (see /v1/evaluation/plots/{name})."""
@@ -67,8 +73,19 @@ def evaluation_router(settings: Settings, engine: Engine) -> APIRouter:
             raise HTTPException(404, NO_EVALUATION)
         return found
 
-    @router.get("/v1/evaluation/plots/{name}", response_class=FileResponse)
-    async def plot(_: Reader, name: str) -> FileResponse:
+    @router.get(
+        "/v1/evaluation/plots/{name}",
+        response_class=FileResponse,
+        responses={
+            200: {"content": {"image/png": {}}, "description": "The PNG."},
+            **READ_ERRORS,
+            **E404,
+        },
+    )
+    async def plot(
+        _: Reader,
+        name: Annotated[str, Path(pattern=f"^{PLOT_NAME.pattern}$", max_length=128)],
+    ) -> FileResponse:
         """One PNG plot of an evaluation, by the file name listed in its `plots`."""
         path = settings.home / "evaluation" / name
         if not PLOT_NAME.fullmatch(name) or not path.is_file():

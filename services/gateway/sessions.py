@@ -1,31 +1,41 @@
-"""Sessions and approvals over HTTP: reads from the projection, commands over NATS."""
+"""Sessions and approvals over HTTP: reads from the projection, commands over NATS.
+
+Ids in paths are checked against SAFE_ID before anything uses them (they become NATS subject
+tokens: '*', '>', '.' and whitespace never reach a subject); the coordinator's refusals keep
+their own 4xx status."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Query
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from sqlalchemy import Engine, select
 
 from hpc_ds1.approvals import ApprovalError, decide_approval
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
-from hpc_ds1.requests import StartSessionRequest
+from hpc_ds1.requests import SAFE_ID_PATTERN, ApprovalVerdict, StartSessionRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import start_session_subject
 from hpc_ds1.tokens import Principal
 
 from .auth import require
+from .decide import service_error, service_status
+from .schemas import E404, E409, E503, READ_ERRORS, WRITE_ERRORS
 
+# Starting a session is a few database reads and one append: it answers in well under this.
+START_TIMEOUT_S = 10.0
 
-class ApprovalVerdict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+Viewer = Annotated[Principal, Depends(require("viewer"))]
+Engineer = Annotated[Principal, Depends(require("engineer"))]
+SafePathId = Annotated[
+    str,
+    Path(pattern=SAFE_ID_PATTERN, description="1 to 64 of letters, digits, '_' or '-'."),
+]
 
-    decision: Literal["approve", "reject"]
-    note: str = Field(default="", max_length=2000)
+__all__ = ["ApprovalVerdict", "sessions_router"]
 
 
 def _rows(engine: Engine, query: Any) -> list[dict[str, Any]]:
@@ -35,34 +45,47 @@ def _rows(engine: Engine, query: Any) -> list[dict[str, Any]]:
 
 def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
     router = APIRouter(tags=["sessions"])
-    viewer, engineer = Depends(require("viewer")), Depends(require("engineer"))
 
-    @router.get("/v1/approvals")
-    async def waiting_approvals(_: Principal = viewer) -> dict[str, Any]:
+    @router.get("/v1/approvals", responses=READ_ERRORS)
+    async def waiting_approvals(_: Viewer) -> dict[str, Any]:
         """Moves waiting for an engineer: from which device, job and config, the suggested
         move, its confidence and why it is here."""
         t = tables.approvals
         query = select(t).where(t.c.status == "waiting").order_by(t.c.seq)
         return {"approvals": await asyncio.to_thread(_rows, engine, query)}
 
-    @router.post("/v1/approvals/{approval_id}")
+    @router.post("/v1/approvals/{approval_id}", responses={**WRITE_ERRORS, **E404, **E409, **E503})
     async def decide(
-        approval_id: str, verdict: ApprovalVerdict, who: Principal = engineer
+        approval_id: SafePathId, verdict: ApprovalVerdict, who: Engineer
     ) -> dict[str, Any]:
         """Approve or reject a waiting move (engineer role); who and when are recorded."""
         try:
-            event = await decide_approval(
-                bus, approval_id, verdict.decision == "approve", who.name, who.role, verdict.note
+            event = await asyncio.wait_for(
+                decide_approval(
+                    bus,
+                    approval_id,
+                    verdict.decision == "approve",
+                    who.name,
+                    who.role,
+                    verdict.note,
+                ),
+                timeout=START_TIMEOUT_S,
             )
         except ApprovalError as error:
             raise HTTPException(error.status, str(error)) from None
+        except TimeoutError:
+            raise HTTPException(
+                503, f"the event log did not answer within {START_TIMEOUT_S:g} s"
+            ) from None
         return event.model_dump()
 
-    @router.get("/v1/sessions")
+    @router.get("/v1/sessions", responses=READ_ERRORS)
     async def list_sessions(
-        status: str | None = Query(None, description="running, paused or finished"),
+        _: Viewer,
+        status: Literal["running", "paused", "finished"] | None = Query(
+            None, description="running, paused or finished"
+        ),
         limit: int = Query(100, ge=1, le=1000),
-        _: Principal = viewer,
     ) -> dict[str, Any]:
         t = tables.sessions
         query = select(t).order_by(t.c.started_at.desc()).limit(limit)
@@ -70,8 +93,8 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
             query = query.where(t.c.status == status)
         return {"sessions": await asyncio.to_thread(_rows, engine, query)}
 
-    @router.get("/v1/sessions/{session_id}")
-    async def one_session(session_id: str, _: Principal = viewer) -> dict[str, Any]:
+    @router.get("/v1/sessions/{session_id}", responses={**READ_ERRORS, **E404})
+    async def one_session(session_id: SafePathId, _: Viewer) -> dict[str, Any]:
         """The session and every step of it, from the log."""
         t, e = tables.sessions, tables.events
         found = await asyncio.to_thread(
@@ -88,21 +111,26 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
         )
         return {**found[0], "events": steps}
 
-    @router.post("/v1/sessions", status_code=201)
-    async def start_session(body: StartSessionRequest, who: Principal = engineer) -> dict[str, Any]:
-        """Start a tuning session on a device (engineer role): every step runs for real."""
+    @router.post(
+        "/v1/sessions", status_code=201, responses={**WRITE_ERRORS, **E404, **E409, **E503}
+    )
+    async def start_session(body: StartSessionRequest, who: Engineer) -> dict[str, Any]:
+        """Start a tuning session on a device (engineer role): every step runs for real. A
+        session id already in use is 409."""
         try:
             reply = await bus.nc.request(
                 start_session_subject(settings),
                 body.model_dump_json().encode(),
-                timeout=30.0,
+                timeout=START_TIMEOUT_S,
                 headers={"Hpc-Actor": who.name},
             )
-        except Exception as error:
-            raise HTTPException(503, f"the coordinator did not answer: {error!r}") from None
+        except Exception:
+            raise HTTPException(
+                503, f"the coordinator did not answer within {START_TIMEOUT_S:g} s"
+            ) from None
         answer: dict[str, Any] = orjson.loads(reply.data)
         if not answer.get("ok"):
-            raise HTTPException(int(answer.get("status", 500)), answer.get("error"))
+            raise HTTPException(service_status(answer), service_error(answer))
         return {k: v for k, v in answer.items() if k != "ok"}
 
     return router

@@ -1,5 +1,5 @@
-"""Who may read and act (tokens, roles, the loopback policy) and the audit trail / stats API,
-on real events folded into the projection."""
+"""Who may read and act (tokens and roles: a credential, never an address) and the audit trail /
+stats API, on real events folded into the projection."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.audit_api import audit_router
 from hpc_ds1.services.gateway.auth import (
     auth_router,
+    authenticated,
     install_auth,
-    optional_principal,
     require,
 )
 from hpc_ds1.services.projector import project
@@ -43,13 +43,13 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, token_hash
 
 Engineer = Annotated[Principal, Depends(require("engineer"))]
-Anyone = Annotated[Principal, Depends(optional_principal)]
+Anyone = Annotated[Principal, Depends(authenticated)]
 TOKENS = {role: new_token() for role in ("viewer", "engineer", "admin", "agent", "gone")}
 
 
 def build_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app = create_app(settings, bus, engine)
-    install_auth(app, settings, engine)
+    install_auth(app, settings, engine, bus)
     paths = {getattr(r, "path", None) for r in app.routes}
     if "/v1/whoami" not in paths:
         app.include_router(auth_router(settings, engine))
@@ -178,9 +178,9 @@ async def folded(settings: Settings, bus: EventBus, engine: Engine) -> None:
     )
 
 
-async def _client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def _client(app: FastAPI, **kwargs: Any) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw", **kwargs) as http:
         yield http
 
 
@@ -188,16 +188,22 @@ async def _client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 async def local(
     settings: Settings, bus: EventBus, engine: Engine, folded: None
 ) -> AsyncIterator[httpx.AsyncClient]:
-    async for http in _client(build_app(settings, bus, engine)):
+    """A viewer's client of a gateway on loopback."""
+    async for http in _client(build_app(settings, bus, engine), headers=bearer("viewer")):
         yield http
 
 
-@pytest.fixture
-async def public(
-    settings: Settings, bus: EventBus, engine: Engine, folded: None
+@pytest.fixture(params=["127.0.0.1", "0.0.0.0"])
+async def bare(
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    bus: EventBus,
+    engine: Engine,
+    folded: None,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    wide = settings.model_copy(update={"host": "0.0.0.0"})
-    async for http in _client(build_app(wide, bus, engine)):
+    """A client without a credential, of a gateway on loopback and beyond."""
+    listening = settings.model_copy(update={"host": request.param})
+    async for http in _client(build_app(listening, bus, engine)):
         yield http
 
 
@@ -293,7 +299,13 @@ async def test_stats_are_the_facility_figures(local: httpx.AsyncClient) -> None:
 
 
 async def test_stats_on_an_empty_log(settings: Settings, bus: EventBus, engine: Engine) -> None:
-    async for http in _client(build_app(settings, bus, engine)):
+    # Nothing but the viewer's token in the log.
+    viewer = TokenCreated(
+        token_id="tok_viewer", holder="viewer", role="viewer", sha256=token_hash(TOKENS["viewer"])
+    )
+    await bus.publish(envelope(viewer, actor="tester", source="test", prefix=bus.prefix))
+    project(engine, [e async for chunk in bus.replay() for e in chunk], None)
+    async for http in _client(build_app(settings, bus, engine), headers=bearer("viewer")):
         stats = (await http.get("/v1/stats")).json()
     assert stats["decisions_total"] == 0 and stats["auto_share"] is None
     assert stats["devices_online"] == 0 and stats["moves_waiting"] == 0
@@ -302,73 +314,51 @@ async def test_stats_on_an_empty_log(settings: Settings, bus: EventBus, engine: 
 # --- who ------------------------------------------------------------------------------------
 
 
-async def test_loopback_reads_anonymously_but_acting_needs_an_engineer(
-    local: httpx.AsyncClient,
+async def test_every_call_needs_a_credential_wherever_the_gateway_listens(
+    bare: httpx.AsyncClient,
 ) -> None:
-    assert (await local.get("/v1/audit")).status_code == 200
-    me = (await local.get("/v1/whoami")).json()
-    assert me == {
-        "name": "anonymous@local",
-        "role": "viewer",
-        "token_id": None,
-        "anonymous": True,
-        "loopback": True,
-    }
-    anonymous = await local.post("/test/act")
-    assert anonymous.status_code == 401 and "engineer token" in anonymous.json()["error"]
+    # On loopback as beyond it: a reverse proxy or an SSH tunnel hands out nothing.
+    for method, path in (
+        ("GET", "/v1/audit"),
+        ("GET", "/v1/stats"),
+        ("GET", "/v1/whoami"),
+        ("GET", "/v1/events"),
+        ("POST", "/test/act"),
+        ("POST", "/test/optional"),
+    ):
+        reply = await bare.request(method, path)
+        assert reply.status_code == 401, path
+        assert "Bearer" in reply.json()["error"] and reply.headers["www-authenticate"] == "Bearer"
+    assert (await bare.get("/healthz")).status_code == 200
 
-    viewer = await local.post("/test/act", headers=bearer("viewer"))
+
+async def test_roles_order_what_a_token_may_do(bare: httpx.AsyncClient) -> None:
+    http = bare
+    for role in ("viewer", "engineer", "admin"):
+        assert (await http.get("/v1/audit", headers=bearer(role))).status_code == 200
+        assert (await http.get("/v1/stats", headers=bearer(role))).status_code == 200
+    # An agent token is not a person's viewer token.
+    assert (await http.get("/v1/audit", headers=bearer("agent"))).status_code == 403
+    viewer = await http.post("/test/act", headers=bearer("viewer"))
     assert viewer.status_code == 403
     assert "viewer" in viewer.json()["error"] and "engineer or admin" in viewer.json()["error"]
-    agent = await local.post("/test/act", headers=bearer("agent"))
-    assert agent.status_code == 403
-
+    assert (await http.post("/test/act", headers=bearer("agent"))).status_code == 403
     for role in ("engineer", "admin"):
-        ok = await local.post("/test/act", headers=bearer(role))
+        ok = await http.post("/test/act", headers=bearer(role))
         assert ok.status_code == 200 and ok.json() == {"name": role, "role": role}
-    me = (await local.get("/v1/whoami", headers=bearer("engineer"))).json()
-    assert me["name"] == "engineer" and me["token_id"] == "tok_engineer" and not me["anonymous"]
-
-
-async def test_beyond_loopback_reading_needs_a_viewer_token(public: httpx.AsyncClient) -> None:
-    for path in ("/v1/audit", "/v1/stats", "/v1/whoami"):
-        reply = await public.get(path)
-        assert reply.status_code == 401, path
-        assert "Bearer" in reply.json()["error"]
-    assert (await public.post("/test/optional")).status_code == 401
-    for role in ("viewer", "engineer", "admin"):
-        assert (await public.get("/v1/audit", headers=bearer(role))).status_code == 200
-        assert (await public.get("/v1/stats", headers=bearer(role))).status_code == 200
-    # An agent token is not a person's viewer token.
-    assert (await public.get("/v1/audit", headers=bearer("agent"))).status_code == 403
-    assert (await public.post("/test/act", headers=bearer("viewer"))).status_code == 403
-    assert (await public.post("/test/act", headers=bearer("engineer"))).status_code == 200
-    who = await public.post("/test/optional", headers=bearer("agent"))
+    who = await http.post("/test/optional", headers=bearer("agent"))
     assert who.json() == {"name": "agent", "role": "agent"}
+    me = (await http.get("/v1/whoami", headers=bearer("engineer"))).json()
+    assert me == {
+        "name": "engineer",
+        "role": "engineer",
+        "token_id": "tok_engineer",
+        "via": "bearer",
+    }
 
 
-async def test_optional_principal_on_loopback(local: httpx.AsyncClient) -> None:
-    anonymous = await local.post("/test/optional")
-    assert anonymous.json() == {"name": "anonymous@local", "role": "viewer"}
-    named = await local.post("/test/optional", headers=bearer("viewer"))
-    assert named.json() == {"name": "viewer", "role": "viewer"}
-
-
-@pytest.fixture(params=["127.0.0.1", "0.0.0.0"])
-async def either(
-    request: pytest.FixtureRequest,
-    settings: Settings,
-    bus: EventBus,
-    engine: Engine,
-    folded: None,
-) -> AsyncIterator[httpx.AsyncClient]:
-    listening = settings.model_copy(update={"host": request.param})
-    async for http in _client(build_app(listening, bus, engine)):
-        yield http
-
-
-async def test_revoked_unknown_or_malformed_tokens_are_401(either: httpx.AsyncClient) -> None:
-    http = either
+async def test_revoked_unknown_or_malformed_tokens_are_401(bare: httpx.AsyncClient) -> None:
+    http = bare
     for headers in (
         bearer("gone"),
         {"Authorization": "Bearer hds1_not-a-real-token"},

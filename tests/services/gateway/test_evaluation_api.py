@@ -19,6 +19,8 @@ from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 
+from .conftest import as_role
+
 
 def tiny_png() -> bytes:
     """A real 1x1 grey PNG."""
@@ -58,10 +60,12 @@ async def publish(settings: Settings, bus: EventBus, engine: Engine, *events: An
 
 @pytest.fixture
 async def client(
-    settings: Settings, bus: EventBus, engine: Engine
+    settings: Settings, bus: EventBus, engine: Engine, role_tokens: None
 ) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(settings, bus, engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://gw", headers=as_role("viewer")
+    ) as http:
         yield http
 
 
@@ -118,7 +122,7 @@ async def test_plots_are_served_by_plain_file_name(
     assert reply.headers["content-type"] == "image/png" and reply.content == png
 
     assert (await client.get("/v1/evaluation/plots/absent.png")).status_code == 404
-    assert (await client.get("/v1/evaluation/plots/notes.txt")).status_code == 404
+    assert (await client.get("/v1/evaluation/plots/notes.txt")).status_code == 422
     for name in ("../x.png", "..%2Fx.png", "%2E%2E%2Fx.png", "..png", ".hidden.png"):
         reply = await client.get(f"/v1/evaluation/plots/{name}")
         assert reply.status_code in (404, 422), name

@@ -1,0 +1,253 @@
+"""The home's own credentials: the CLI's bearer token and the one-time login token.
+
+Layout (created on the home's first start, readable by its owner only):
+
+    $HPC_DS1_HOME/credentials/            0700
+    $HPC_DS1_HOME/credentials/cli.token   0600  the CLI's bearer token (role admin)
+    $HPC_DS1_HOME/credentials/login.sha256 0600 SHA-256 of the one-time login token
+
+How the gateway knows the CLI token: on start the gateway reads `cli.token` (creating it when
+missing) and, when its hash is not among the tokens, publishes a `token.created` event for it
+(holder: the OS user that runs the home, role admin, token id `tok_` + the first 12 hex digits
+of its hash, published only if that token's history is empty, so two gateways never register it
+twice) and waits until the projector has folded it. A revoked CLI token is replaced by a new one
+on the next start. The tokens table is the one place any credential is checked.
+
+The one-time login token (`serve` prints `http://HOST:PORT/?token=...`, `hpc-ds1 token login`
+prints a fresh one) is stored only as its hash; the gateway accepts it once, mints a browser
+token of role admin for the home's owner (a `token.created` event like any other: listed and
+revocable with `hpc-ds1 token`) and sets it as an HttpOnly, SameSite=Strict cookie."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import hmac
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Final, Literal
+
+from sqlalchemy import Engine, select
+
+from .bus import ConcurrencyConflict, EventBus
+from .db import tables
+from .events import TokenCreated, envelope
+from .log import get_logger
+from .tokens import HOLDER_PATTERN, new_token, new_token_id, token_hash
+
+log = get_logger("credentials")
+
+CREDENTIALS_DIR: Final = "credentials"
+CLI_TOKEN_FILE: Final = "cli.token"
+LOGIN_HASH_FILE: Final = "login.sha256"
+_TOKEN_TEXT = re.compile(r"^[A-Za-z0-9_\-]{16,128}$")
+
+
+class CredentialError(Exception):
+    """A credential file that exists but cannot be used (wrong permissions, not a token)."""
+
+
+def credentials_dir(home: Path) -> Path:
+    """`$HPC_DS1_HOME/credentials`, created 0700 (and tightened to 0700 when it was wider)."""
+    path = Path(home) / CREDENTIALS_DIR
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def cli_token_path(home: Path) -> Path:
+    """Where the CLI reads its bearer token for this home's own server."""
+    return Path(home) / CREDENTIALS_DIR / CLI_TOKEN_FILE
+
+
+def owner_name() -> str:
+    """The OS user running this process, as a token holder name (other characters become '_')."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "owner"
+    name = re.sub(r"[^A-Za-z0-9_.@-]", "_", user)[:64] or "owner"
+    return name if HOLDER_PATTERN.match(name) else "owner"
+
+
+def _write_new(path: Path, text: str) -> bool:
+    """Create `path` (0600) holding `text` unless it exists: False when it already did."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)  # atomic: fails when another process created it first
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `path` (0600) holding `text`, replacing it atomically."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def read_cli_token(home: Path) -> str | None:
+    """The CLI token of this home, or None when the home has none yet. Refuses a file that
+    others can read (CredentialError), as ssh does with a private key."""
+    path = cli_token_path(home)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if mode & 0o077:
+        raise CredentialError(
+            f"{path} is readable by others (mode {mode & 0o777:o}): run `chmod 600 {path}`"
+        )
+    text = path.read_text().strip()
+    if not _TOKEN_TEXT.match(text):
+        raise CredentialError(f"{path} does not hold a token; delete it and restart `serve`")
+    return text
+
+
+def ensure_cli_token(home: Path) -> str:
+    """The home's CLI token, created (0600, in a 0700 directory) when it has none."""
+    credentials_dir(home)
+    found = read_cli_token(home)
+    if found is not None:
+        return found
+    _write_new(cli_token_path(home), new_token())
+    token = read_cli_token(home)
+    assert token is not None
+    return token
+
+
+def rotate_cli_token(home: Path) -> str:
+    """Replace the CLI token by a new one (the old one stays valid until revoked)."""
+    credentials_dir(home)
+    token = new_token()
+    _replace(cli_token_path(home), token)
+    return token
+
+
+def cli_token_id(token: str) -> str:
+    """The CLI token's public id: derived from its hash, so registering it is idempotent."""
+    return "tok_" + token_hash(token)[:12]
+
+
+def new_login_token(home: Path) -> str:
+    """A fresh one-time login token; only its hash is kept (replacing any earlier one)."""
+    token = new_token()
+    _replace(credentials_dir(home) / LOGIN_HASH_FILE, token_hash(token))
+    return token
+
+
+def consume_login_token(home: Path, token: str) -> bool:
+    """True exactly once for the current one-time login token; False for anything else."""
+    path = Path(home) / CREDENTIALS_DIR / LOGIN_HASH_FILE
+    try:
+        expected = path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if not expected or not hmac.compare_digest(expected, token_hash(token)):
+        return False
+    # Of two requests with the right token, only the one whose unlink succeeds gets in.
+    claimed = path.with_name(f".{LOGIN_HASH_FILE}.{uuid.uuid4().hex}")
+    try:
+        os.rename(path, claimed)
+    except FileNotFoundError:
+        return False
+    try:
+        return hmac.compare_digest(claimed.read_text().strip(), token_hash(token))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            claimed.unlink()
+
+
+def token_state(engine: Engine, token: str) -> str | None:
+    """'active' or 'revoked' for a registered token, None for an unknown one. Blocking (DB)."""
+    t = tables.tokens
+    with engine.connect() as conn:
+        row = conn.execute(select(t.c.revoked).where(t.c.sha256 == token_hash(token))).first()
+    if row is None:
+        return None
+    return "revoked" if row.revoked else "active"
+
+
+async def publish_token(
+    bus: EventBus,
+    engine: Engine,
+    token: str,
+    *,
+    holder: str,
+    role: Literal["viewer", "engineer", "admin", "agent"],
+    token_id: str | None = None,
+    source: str = "gateway",
+    wait_s: float = 10.0,
+) -> bool:
+    """Register `token` (a token.created event) and wait up to `wait_s` for the projector to
+    fold it. With a `token_id`, only when that token has no history yet (idempotent). True once
+    the token is active."""
+    event = TokenCreated(
+        token_id=token_id or new_token_id(), holder=holder, role=role, sha256=token_hash(token)
+    )
+    env = envelope(event, actor=holder, source=source, prefix=bus.prefix)
+    try:
+        await bus.publish(env, expected_version=0 if token_id else None)
+    except ConcurrencyConflict:
+        pass  # registered already (another gateway of this home): wait for its projection
+    return await wait_active(engine, token, wait_s)
+
+
+async def wait_active(engine: Engine, token: str, wait_s: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        if await asyncio.to_thread(token_state, engine, token) == "active":
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+
+
+async def register_cli_token(
+    bus: EventBus, engine: Engine, home: Path, wait_s: float = 30.0
+) -> bool:
+    """Make sure the home's CLI token exists and is an active admin token of the home's owner
+    (see the module docstring). True once it is active; False when the projector did not fold
+    it within `wait_s` (it will later, once a projector runs)."""
+    token = await asyncio.to_thread(ensure_cli_token, home)
+    state = await asyncio.to_thread(token_state, engine, token)
+    if state == "active":
+        return True
+    if state == "revoked":
+        token = await asyncio.to_thread(rotate_cli_token, home)
+        log.info("cli_token_rotated", reason="the previous one was revoked")
+    holder = owner_name()
+    active = await publish_token(
+        bus,
+        engine,
+        token,
+        holder=holder,
+        role="admin",
+        token_id=cli_token_id(token),
+        wait_s=wait_s,
+    )
+    log.info("cli_token_registered", token_id=cli_token_id(token), holder=holder, active=active)
+    return active

@@ -1,0 +1,195 @@
+"""What every request goes through before any route: a request id and one log line per request
+(errors included), a JSON 500 without internals for anything unexpected, a body limit enforced
+before parsing, and a refusal of control characters in the path or the query.
+
+Pure ASGI middlewares (no BaseHTTPMiddleware), outermost first:
+`RequestLog` -> `BodyLimit` -> the FastAPI app."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
+import structlog
+from fastapi import HTTPException
+
+from hpc_ds1.log import get_logger
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = get_logger("gateway")
+
+_REQUEST_ID = re.compile(rb"^[A-Za-z0-9_\-]{1,64}$")
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    body: dict[str, Any],
+    headers: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
+) -> None:
+    payload = orjson.dumps(body)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class RequestLog:
+    """Gives every request an id (the caller's `x-request-id` when it is 1-64 letters, digits,
+    '_' or '-'; else a new one), puts it on the response, logs one line per request with its
+    status, and turns an unhandled exception into a JSON 500 naming only the request id."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = _header(scope, b"x-request-id")
+        rid = (
+            given.decode()
+            if given is not None and _REQUEST_ID.match(given)
+            else uuid.uuid4().hex[:16]
+        )
+        started = time.perf_counter()
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
+                message["headers"] = [*headers, (b"x-request-id", rid.encode())]
+            await send(message)
+
+        structlog.contextvars.bind_contextvars(request_id=rid)
+        error: BaseException | None = None
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as caught:
+            error = caught
+            if status == 0:
+                await send_json(
+                    send_with_id,
+                    500,
+                    {
+                        "error": f"internal error: the gateway's log names it by request id {rid}",
+                        "request_id": rid,
+                    },
+                )
+        finally:
+            structlog.contextvars.unbind_contextvars("request_id")
+            fields: dict[str, Any] = {
+                "request_id": rid,
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": status or 500,
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+            }
+            if error is not None:
+                fields["error"] = f"{type(error).__name__}: {error}"[:500]
+                log.error("request", **fields)
+            else:
+                log.info("request", **fields)
+
+
+class BodyLimit:
+    """Refuses, before anything parses it, a body over `max_bytes`: at once when Content-Length
+    says so, or as soon as a chunked body passes the limit (413 either way). Also refuses a
+    path or query with control characters (422): they never reach a route, a query or a
+    subject."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> dict[str, Any]:
+        return {
+            "error": f"the request body is larger than the {self.max_bytes} bytes the gateway "
+            "accepts (setting HPC_DS1_MAX_BODY_BYTES)"
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw_path = scope.get("raw_path") or scope.get("path", "").encode()
+        query = scope.get("query_string", b"")
+        if _CONTROL.search(unquote_to_bytes(raw_path)) or _CONTROL.search(
+            unquote_to_bytes(query.replace(b"+", b" "))
+        ):
+            await send_json(
+                send,
+                422,
+                {
+                    "error": "the path or the query holds a NUL or another control character; "
+                    "ids, names and filters are printable text"
+                },
+            )
+            return
+        length = _header(scope, b"content-length")
+        if length is not None:
+            if not length.strip().isdigit():
+                await send_json(send, 400, {"error": "Content-Length must be a whole number"})
+                return
+            if int(length) > self.max_bytes:
+                await send_json(send, 413, self._too_large())
+                return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge(self._too_large()["error"])
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if started:
+                raise
+            await send_json(send, 413, self._too_large())
+
+
+class _TooLarge(HTTPException):
+    """Raised from `receive`: FastAPI passes an HTTPException from body parsing on as it is."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(413, message)

@@ -1,0 +1,47 @@
+"""Response shapes the gateway declares in its OpenAPI spec, errors included, so a client (or
+schemathesis) can check every answer against the spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Issue(BaseModel):
+    """One field that was not accepted: where, why and the kind of error."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every error: a sentence saying what was wrong and what is accepted; for invalid input
+    also one entry per field (the input itself is never echoed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: str
+    detail: list[Issue] | None = None
+    request_id: str | None = Field(default=None, description="Set on internal errors.")
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+Responses = dict[int | str, dict[str, Any]]
+
+E401: Responses = {401: _error("No token, or an unknown or revoked one.")}
+E403: Responses = {
+    403: _error("The token's role may not do this (or a cross-origin cookie request).")
+}
+E404: Responses = {404: _error("Not found.")}
+E409: Responses = {409: _error("Conflicts with the current state.")}
+E413: Responses = {413: _error("The body is larger than the gateway accepts.")}
+E422: Responses = {422: _error("Invalid input: which field and what is accepted.")}
+E503: Responses = {503: _error("A service it needs did not answer in time.")}
+ERRORS_401_403: Responses = {**E401, **E403}
+READ_ERRORS: Responses = {**E401, **E403, **E422}
+WRITE_ERRORS: Responses = {**E401, **E403, **E413, **E422}
