@@ -14,12 +14,13 @@ import argparse
 import asyncio
 import logging
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.faults import FULL, SCENARIOS, SMALL, run_scenario
+from benchmarks.faults import FULL, SCENARIOS, SMALL, run_scenario, shared_cluster
 from benchmarks.faults.outcome import HEADER, report, row
 from hpc_ds1 import log
 
@@ -31,10 +32,13 @@ async def main(args: argparse.Namespace) -> int:
     print(HEADER, flush=True)
     outcomes = []
     started = time.monotonic()
-    for name in names:
-        outcome = await run_scenario(name, args.repeat, load, seed=args.seed)
-        outcomes.append(outcome)
-        print(row(outcome), flush=True)
+    with tempfile.TemporaryDirectory(prefix="faults-") as tmp:
+        shared = shared_cluster(Path(tmp))
+        with shared.running():
+            for name in names:
+                outcome = await run_scenario(name, args.repeat, load, args.seed, shared)
+                outcomes.append(outcome)
+                print(row(outcome), flush=True)
     print(flush=True)
     print(report(outcomes))
     print(f"total {time.monotonic() - started:.0f} s")

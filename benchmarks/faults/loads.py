@@ -13,6 +13,11 @@ class Load:
     montecarlo_size: int = 20_000_000  # the agent's job: seconds of real work under 2 ranks
     orphan_grace_s: float = 5.0  # how long a killed agent's job may take to disappear
     session_size: int = 288  # gemm size of the coordinator's tuning sessions
+    # The coordinator's model: a tiny real setup at these sizes, then the trainer.
+    train_sizes: tuple[tuple[str, tuple[int, ...]], ...] = (
+        ("gemm", (192, 288, 384)),
+        ("montecarlo", (200_000, 400_000)),
+    )
     cut_events: int = 2000
     cut_down_s: float = 3.0
 
@@ -23,6 +28,7 @@ SMALL = Load(
     backlog=4000,
     live=400,
     montecarlo_size=8_000_000,
+    train_sizes=(("gemm", (192, 384)),),
     cut_events=400,
     cut_down_s=2.0,
 )

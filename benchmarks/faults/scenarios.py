@@ -21,6 +21,7 @@ from hpc_ds1.events import SessionFinished, SessionMoveDecided, SessionStepRun, 
 from hpc_ds1.requests import RunRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import agent_run_subject, start_session_subject
+from hpc_ds1.workloads import get_workload
 
 from .cluster import (
     Cluster,
@@ -238,24 +239,23 @@ async def projector(cluster: Cluster, load: Load, repeat: int, rng: random.Rando
 
 # --- the coordinator mid-session ---------------------------------------------------------------
 
-TINY_SIZES = {"gemm": [192, 288, 384], "montecarlo": [200_000, 400_000]}
 SESSION_START = {"ranks": 1, "threads": 1, "tile": 32}
 
 
-async def train_tiny_model(settings: Settings) -> str:
+async def train_tiny_model(settings: Settings, sizes: dict[str, list[int]]) -> str:
     """A few real runs and a model trained by the trainer service (as tests/e2e does)."""
     from hpc_ds1.hardware import fingerprint
     from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
     from hpc_ds1.space import ConfigSpace
     from hpc_ds1.stack import open_stack
     from hpc_ds1.subjects import train_subject
-    from hpc_ds1.workloads import get_workload
 
     fp = fingerprint()
     chunks = []
-    for name, sizes in TINY_SIZES.items():
+    for name, measured in sizes.items():
         wl = get_workload(name)
-        chunks += plan_jobs([wl], {name: ConfigSpace.for_device(fp, wl)}, PROFILES["quick"], sizes)
+        space = {name: ConfigSpace.for_device(fp, wl)}
+        chunks += plan_jobs([wl], space, PROFILES["quick"], measured)
     async with open_stack(settings, ("projector", "agent", "trainer"), "faults-setup") as stack:
         device_id = await stack.local_device()
         report = await Campaign(stack, device_id).run(chunks, lambda *_: None)
@@ -292,7 +292,7 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
     assert settings.database_url
     migrated(settings.database_url).dispose()
     started = time.monotonic()
-    await train_tiny_model(settings)
+    await train_tiny_model(settings, {name: list(sizes) for name, sizes in load.train_sizes})
     out.notes.append(f"tiny setup and training: {time.monotonic() - started:.0f} s")
     services: dict[str, Service] = {
         name: cluster.spawn(name, settings)
@@ -301,7 +301,7 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
     bus = await _connect(cluster, settings, "faults-client")
     try:
         for name in services:
-            await wait_answering(bus, settings, name, 120)
+            await wait_answering(bus, settings, name, 120, "device_id" if name == "agent" else None)
         for rep in range(repeat):
             out.repeats += 1
             session_id = new_id()
@@ -402,17 +402,19 @@ def _lock_free(home: Path) -> bool:
 async def agent(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -> Outcome:
     out = Outcome("agent", "kill -9 the agent while its job's ranks run")
     settings = cluster.settings("ag")
+    assert settings.database_url
+    migrated(settings.database_url).dispose()
     bus = await _connect(cluster, settings, "faults-caller")
     try:
         for rep in range(repeat):
             out.repeats += 1
             marker = f"{cluster.marker}-agent{rep}"
             service = cluster.spawn("agent", settings, marker=marker)
-            facts = await wait_answering(bus, settings, "agent", 120)
+            facts = await wait_answering(bus, settings, "agent", 120, fact="device_id")
             request = RunRequest(
                 workload="montecarlo",
                 size=load.montecarlo_size,
-                config={"ranks": 2, "threads": 1},
+                config={"ranks": 2, "threads": 1, "tile": get_workload("montecarlo").default_tile},
                 repeats=5,
                 actor="faults",
             )
@@ -435,7 +437,10 @@ async def agent(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -
                     break
                 await asyncio.sleep(0.05)
             if not ranks:
-                out.fail(rep, f"the job's ranks never ran (caller done: {caller.done()})")
+                early = "still waiting"
+                if caller.done():
+                    early = repr(caller.exception() or orjson.loads(caller.result().data))
+                out.fail(rep, f"the job's ranks never ran; the caller got: {early[:300]}")
                 caller.cancel()
                 service.stop()
                 kill_marked(marker)
