@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, select
 
+from hpc_ds1.audit import AuditFile
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.settings import Settings
@@ -115,6 +116,22 @@ async def test_token_create_list_revoke_and_the_audit_chain(
 
     missing = await hpc(settings, "audit", "verify", "--file", str(settings.home / "none"))
     assert missing.returncode == 1 and "does not exist" in missing.stdout
+
+    # Cut short, emptied, or edited with the chain recomputed: the chain alone cannot tell,
+    # the log can (the projection holds seq 3, and each line must be the log's event).
+    cut = settings.home / "first2.jsonl"
+    cut.write_text("".join(f"{x}\n" for x in lines[:2]))
+    short = await hpc(settings, "audit", "verify", "--file", str(cut))
+    assert short.returncode == 1, short.stdout
+    assert short.stdout.startswith("not verified: truncated: the file ends at seq 2"), short.stdout
+    assert "the projection holds the events up to seq 3" in short.stdout
+    bodies = [{k: v for k, v in json.loads(x).items() if k not in ("prev", "hash")} for x in lines]
+    bodies[1]["data"]["holder"] = "mallory"
+    recomputed = settings.home / "recomputed.jsonl"
+    AuditFile(recomputed).append(bodies)
+    forged = await hpc(settings, "audit", "verify", "--file", str(recomputed))
+    assert forged.returncode == 1
+    assert forged.stdout.startswith("broken at line 2: seq 2 differs from the event in the log")
 
 
 async def test_bad_role_or_name_is_exit_2_with_what_is_accepted(settings: Settings) -> None:
