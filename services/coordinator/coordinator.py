@@ -9,8 +9,9 @@ import orjson
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
+from hpc_ds1.bus import ConcurrencyConflict
 from hpc_ds1.db import tables
-from hpc_ds1.events import SessionStarted, decode, envelope, new_id, typed
+from hpc_ds1.events import MalformedEvent, SessionStarted, decode, envelope, new_id, typed
 from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.log import get_logger
 from hpc_ds1.requests import StartSessionRequest
@@ -67,6 +68,8 @@ class Coordinator:
         return found[0], space
 
     async def handle_start(self, msg: Any) -> None:
+        """Every request gets a reply: the session, or `ok: false` with an HTTP-like status
+        (409 for a session id already taken, 422 for bad input, 500 for anything else)."""
         actor = (msg.headers or {}).get("Hpc-Actor", "anonymous")
         try:
             request = StartSessionRequest.model_validate_json(msg.data)
@@ -75,7 +78,13 @@ class Coordinator:
             body = {"ok": False, "status": 422, "error": error.errors(include_url=False)}
         except CommandError as error:
             body = {"ok": False, "status": error.status, "error": str(error)}
-        await msg.respond(orjson.dumps(body, default=str))
+        except Exception as error:
+            log.error("start_session_failed", error=repr(error)[:500])
+            body = {"ok": False, "status": 500, "error": "the coordinator could not start it"}
+        try:
+            await msg.respond(orjson.dumps(body, default=str))
+        except Exception as error:  # no reply subject, or the connection went away
+            log.warning("start_session_reply_failed", error=repr(error)[:200])
 
     async def start(self, request: StartSessionRequest, actor: str) -> dict[str, Any]:
         device_id, space = await self.space_for(request.device_id, request.workload)
@@ -101,16 +110,20 @@ class Coordinator:
             start=start.model_dump(),
             wait_for_engineer=request.wait_for_engineer,
         )
-        await self.ctx.bus.publish(
-            envelope(
+        try:
+            env = envelope(
                 event,
                 actor=actor,
                 source="coordinator",
                 prefix=self.ctx.settings.subject_prefix,
                 correlation_id=session_id,
-            ),
-            expected_version=0,
-        )
+            )
+        except ValueError as error:  # an id that cannot be a subject token
+            raise CommandError(422, str(error)) from None
+        try:
+            await self.ctx.bus.publish(env, expected_version=0)
+        except ConcurrencyConflict:
+            raise CommandError(409, f"session {session_id} already exists") from None
         self.spawn(session_id, actor, space)
         log.info(
             "session_started",
@@ -128,8 +141,12 @@ class Coordinator:
         owners: dict[str, str] = {}
         async for chunk in self.ctx.bus.replay(1, f"{self.ctx.bus.prefix}.session.>"):
             for raw in chunk:
-                env = decode(raw.data, raw.subject)
-                event = typed(env)
+                try:
+                    env = decode(raw.data, raw.subject)
+                    event = typed(env)
+                except MalformedEvent as error:  # kept in the log, never in a session's way
+                    log.warning("session_event_skipped", seq=raw.seq, error=str(error)[:300])
+                    continue
                 if event is None:
                     continue
                 sid = env.aggregate_id

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+from dataclasses import replace
 from typing import Any, Literal
 
 import orjson
@@ -15,14 +17,15 @@ from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
+    MalformedEvent,
     SessionFinished,
     SessionMoveDecided,
     SessionMoveResolved,
     SessionPaused,
     SessionResumed,
     SessionStepRun,
+    decode,
     envelope,
-    new_id,
     typed,
 )
 from hpc_ds1.log import get_logger
@@ -52,10 +55,31 @@ class SessionRunner:
         self.space = space
         self.state = SessionState()
 
+    async def history(
+        self, aggregate: str, aggregate_id: str
+    ) -> tuple[list[tuple[int, Event]], int]:
+        """The aggregate's typed events and its version (the last sequence on its subjects,
+        a malformed message included); a message that is not a known event is skipped."""
+        bus = self.ctx.bus
+        version = await bus.aggregate_version(aggregate, aggregate_id)
+        found: list[tuple[int, Event]] = []
+        if version == 0:
+            return found, 0
+        subjects = bus.aggregate_subjects(aggregate, aggregate_id)
+        async for chunk in bus.replay(1, subjects, stop_at=version):
+            for raw in chunk:
+                try:
+                    event = typed(decode(raw.data, raw.subject))
+                except MalformedEvent as error:
+                    log.warning("event_skipped", seq=raw.seq, error=str(error)[:300])
+                    continue
+                if event is not None:
+                    found.append((raw.seq, event))
+        return found, version
+
     async def load(self) -> SessionState:
-        history = await self.ctx.bus.history("session", self.session_id)
-        events = [(seq, typed(env)) for seq, env in history]
-        self.state = replay([(seq, e) for seq, e in events if e is not None])
+        events, version = await self.history("session", self.session_id)
+        self.state = replace(replay(events), version=version)
         return self.state
 
     async def append(self, event: Event) -> None:
@@ -161,38 +185,46 @@ class SessionRunner:
         )
 
     async def request_approval(self) -> None:
+        """The approval request, then the pause. Both have ids derived from the session, the
+        step and the decision, and the request is appended only to an approval that has no
+        event yet, so a coordinator that died between the two appends and runs this again
+        finds the same request and completes the pair: never a second request, never a request
+        without its pause."""
         s = self.state
         assert s.pending is not None and s.best_config is not None
-        approval_id = new_id()
+        approval_id = approval_id_for(self.session_id, s.pending.step, s.pending.decision_id)
         decided = await self.decided_event(s.pending.step)
-        await self.ctx.bus.publish(
-            envelope(
-                ApprovalRequested(
-                    approval_id=approval_id,
-                    session_id=self.session_id,
-                    decision_id=s.pending.decision_id,
-                    device_id=s.device_id,
-                    workload=s.workload,
-                    size=s.size,
-                    config=s.best_config,
-                    move=s.pending.move,
-                    confidence=s.pending.confidence,
-                    mode=decided.mode if decided else "confirm",
-                    reasons=decided.reasons if decided else [],
-                ),
-                actor=self.owner,
-                source="coordinator",
-                prefix=self.ctx.settings.subject_prefix,
-                correlation_id=self.session_id,
-            )
+        request = envelope(
+            ApprovalRequested(
+                approval_id=approval_id,
+                session_id=self.session_id,
+                decision_id=s.pending.decision_id,
+                device_id=s.device_id,
+                workload=s.workload,
+                size=s.size,
+                config=s.best_config,
+                move=s.pending.move,
+                confidence=s.pending.confidence,
+                mode=decided.mode if decided else "confirm",
+                reasons=decided.reasons if decided else [],
+            ),
+            actor=self.owner,
+            source="coordinator",
+            prefix=self.ctx.settings.subject_prefix,
+            correlation_id=self.session_id,
         )
+        request = request.model_copy(update={"id": f"{approval_id}-requested"})
+        try:
+            await self.ctx.bus.publish(request, expected_version=0)
+        except ConcurrencyConflict:
+            log.info("approval_already_requested", session_id=self.session_id, approval=approval_id)
         await self.append(
             SessionPaused(session_id=self.session_id, step=s.pending.step, approval_id=approval_id)
         )
 
     async def decided_event(self, step: int) -> SessionMoveDecided | None:
-        for _, env in reversed(await self.ctx.bus.history("session", self.session_id)):
-            event = typed(env)
+        events, _ = await self.history("session", self.session_id)
+        for _, event in reversed(events):
             if isinstance(event, SessionMoveDecided) and event.step == step:
                 return event
         return None
@@ -222,8 +254,7 @@ class SessionRunner:
         sub = await self.ctx.bus.nc.subscribe(subject, cb=wake)
         try:
             while not self.ctx.stop.is_set():
-                for _, env in await self.ctx.bus.history("approval", approval_id):
-                    event = typed(env)
+                for _, event in (await self.history("approval", approval_id))[0]:
                     if isinstance(event, ApprovalDecided):
                         return event
                 with contextlib.suppress(TimeoutError):
@@ -350,6 +381,11 @@ class SessionRunner:
 
 
 Mode = Literal["auto", "confirm", "escalate"]
+
+
+def approval_id_for(session_id: str, step: int, decision_id: str) -> str:
+    """The same approval id each time the same move of the same session asks for one."""
+    return hashlib.sha256(f"approval:{session_id}:{step}:{decision_id}".encode()).hexdigest()[:32]
 
 
 def _mode_for(confidence: float, ctx: ServiceContext) -> Mode:
