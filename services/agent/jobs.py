@@ -34,11 +34,18 @@ STOP_GRACE_S = 15.0  # how long a stop waits for the killed job and the replies 
 STOPPING = "the agent is stopping; the job did not run to the end (its processes were killed)"
 
 
-@dataclass
-class Queued:
+@dataclass(frozen=True)
+class Checked:
     request: RunRequest
     config: Config
     space: ConfigSpace
+
+
+@dataclass
+class Queued:
+    """A request in the device's queue (in arrival order): its check, then its answer."""
+
+    checked: asyncio.Future[Checked | None]  # None: refused, and answered already
     reply: asyncio.Future[dict[str, Any]]
 
 
@@ -66,14 +73,25 @@ class JobRunner:
 
     # --- requests -----------------------------------------------------------------------
     async def handle(self, msg: Any) -> None:
-        """The subscription's callback: answers in a task of its own, so it returns at once."""
-        task = asyncio.create_task(self._answer(msg))
+        """The subscription's callback: takes the request's place in the queue (so runs go in
+        the order requests came) and answers in a task of its own, so it returns at once."""
+        loop = asyncio.get_running_loop()
+        item = Queued(loop.create_future(), loop.create_future())
+        if self.cancel.is_set():
+            item.reply.set_result(_error(503, STOPPING))
+        else:
+            try:
+                self.queue.put_nowait(item)
+            except asyncio.QueueFull:
+                busy = f"the device's queue is full ({QUEUE_LIMIT} runs waiting); try later"
+                item.reply.set_result(_error(503, busy))
+        task = asyncio.create_task(self._answer(msg, item))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer(self, msg: Any) -> None:
+    async def _answer(self, msg: Any, item: Queued) -> None:
         try:
-            body = await self.accept(msg.data)
+            body = await self.accept(msg.data, item)
         except asyncio.CancelledError:
             body = _error(503, STOPPING)
         except Exception as error:  # whatever happens, the caller gets an answer
@@ -84,24 +102,22 @@ class JobRunner:
         except Exception as error:
             log.error("reply_failed", error=repr(error))
 
-    async def accept(self, data: bytes) -> dict[str, Any]:
-        """Check the request, queue it, and wait for its turn and its result."""
-        if self.cancel.is_set():
-            return _error(503, STOPPING)
+    async def accept(self, data: bytes, item: Queued) -> dict[str, Any]:
+        """Check the queued request (at once, not at its turn), then wait for its result."""
+        if item.reply.done():
+            return item.reply.result()
+        checked: Checked | None = None
         try:
             request = RunRequest.model_validate_json(data)
             config = Config.model_validate(request.config)
             space = await asyncio.to_thread(self._check, request, config)
+            checked = Checked(request, config, space)
         except (ValidationError, InvalidJob, ValueError, LookupError) as error:
             return _error(422, str(error))
-        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        try:
-            self.queue.put_nowait(Queued(request, config, space, reply))
-        except asyncio.QueueFull:
-            return _error(
-                503, f"the device's queue is full ({QUEUE_LIMIT} runs waiting); try again later"
-            )
-        return await reply
+        finally:
+            if not item.checked.done():
+                item.checked.set_result(checked)  # the queue moves on either way
+        return await item.reply
 
     def _check(self, request: RunRequest, config: Config) -> ConfigSpace:
         """InvalidJob before queueing: what the runner refuses, and a run past the cap."""
@@ -119,12 +135,13 @@ class JobRunner:
     async def _work(self) -> None:
         while True:
             item = await self.queue.get()
-            if item.reply.done():
+            checked = await item.checked
+            if checked is None or item.reply.done():
                 continue
-            self.running = item.request
+            self.running = checked.request
             self._idle.clear()
             try:
-                body = await self.execute(item.request, item.config, item.space)
+                body = await self.execute(checked.request, checked.config, checked.space)
             except Cancelled:
                 body = _error(503, STOPPING)
             except (InvalidJob, ValueError, LookupError) as error:
