@@ -21,7 +21,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import APIError, BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
 
 from .events import Envelope, MalformedEvent, decode
 from .log import get_logger
@@ -30,6 +30,7 @@ from .settings import Settings
 log = get_logger("bus")
 
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
+PUBLISH_RETRY_S = 15.0  # how long an unanswered append is retried (a leader election takes seconds)
 
 
 class ConcurrencyConflict(Exception):
@@ -119,21 +120,32 @@ class EventBus:
     async def publish(self, env: Envelope, expected_version: int | None = None) -> int:
         """Append one event; returns its stream sequence. A retry with the same envelope id is
         stored once. With `expected_version` (the aggregate's last sequence, 0 for a new one)
-        the append fails with ConcurrencyConflict if anyone else appended in between."""
-        try:
-            ack = await self.js.publish(
-                env.subject,
-                env.to_json(),
-                stream=self.stream,
-                headers=self._headers(env, expected_version),
-            )
-        except BadRequestError as error:
-            if error.err_code == WRONG_LAST_SEQUENCE:
-                raise ConcurrencyConflict(
-                    f"{env.aggregate} {env.aggregate_id} moved past version {expected_version}"
-                ) from None
-            raise
-        return int(ack.seq)
+        the append fails with ConcurrencyConflict if anyone else appended in between.
+        An append that gets no answer (a cluster electing a new stream leader, the connection
+        moving to another server) is sent again, the same event, for up to PUBLISH_RETRY_S:
+        its Nats-Msg-Id keeps a second copy out of the log."""
+        deadline = asyncio.get_running_loop().time() + PUBLISH_RETRY_S
+        while True:
+            try:
+                ack = await self.js.publish(
+                    env.subject,
+                    env.to_json(),
+                    stream=self.stream,
+                    headers=self._headers(env, expected_version),
+                )
+            except BadRequestError as error:
+                if error.err_code == WRONG_LAST_SEQUENCE:
+                    raise ConcurrencyConflict(
+                        f"{env.aggregate} {env.aggregate_id} moved past version {expected_version}"
+                    ) from None
+                raise
+            except (NatsTimeout, NoStreamResponseError) as error:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                log.warning("publish_retry", subject=env.subject, error=repr(error))
+                await asyncio.sleep(0.25)
+                continue
+            return int(ack.seq)
 
     async def publish_many(self, envs: Iterable[Envelope], window: int = 256) -> list[int]:
         """Pipelined appends (up to `window` in flight); returns the sequences in order."""
