@@ -11,6 +11,7 @@ import orjson
 import pytest
 from sqlalchemy import Engine, select
 
+from hpc_ds1.approvals import ApprovalError, decide_approval
 from hpc_ds1.audit import AuditFile
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
@@ -173,3 +174,11 @@ async def test_a_request_without_its_pause_is_completed_once_after_a_crash(
         assert [tuple(r) for r in rows] == [(approval_id, "waiting")]
         status = conn.execute(select(tables.sessions.c.status)).scalar_one()
     assert status == "paused"
+
+    # Deciding it: once; an id that is no subject token never reaches the log.
+    decided = await decide_approval(bus, approval_id, True, "bob", "engineer", "ok")
+    assert decided.session_id == sid and decided.decision_id == "d1"
+    for approval, status in ((approval_id, 409), ("nope-nope", 404), ("*", 422), ("a.>", 422)):
+        with pytest.raises(ApprovalError) as refused:
+            await decide_approval(bus, approval, False, "eve", "engineer")
+        assert refused.value.status == status, (approval, str(refused.value))
