@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels clean
+.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ bench-eventlog: $(STAMP) ## events/s publish→row and projection lag, both sync
 
 bench-kernels: $(STAMP) ## the numba kernels against library baselines
 	$(BIN)/python benchmarks/bench_kernels.py
+
+bench-soak: $(STAMP) ## 30 min of mixed load on `serve`: RSS and projection lag over time (not in `bench`)
+	$(BIN)/python benchmarks/bench_soak.py --minutes 30
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
