@@ -28,7 +28,7 @@ SMALL = Load(
     backlog=4000,
     live=400,
     montecarlo_size=8_000_000,
-    train_sizes=(("gemm", (192, 384)),),
+    train_sizes=(("gemm", (288,)),),
     cut_events=400,
     cut_down_s=2.0,
 )
