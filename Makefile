@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak clean
+.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -41,13 +41,16 @@ format: $(STAMP) ## apply ruff's formatting and fixes
 schemas: $(STAMP) ## regenerate schemas/ from the event models
 	$(BIN)/python -m hpc_ds1.events.schemas schemas
 
-bench: bench-eventlog bench-kernels ## every benchmark
+bench: bench-eventlog bench-kernels bench-faults ## every benchmark
 
 bench-eventlog: $(STAMP) ## events/s publish→row and projection lag, both sync settings
 	$(BIN)/python benchmarks/bench_eventlog.py
 
 bench-kernels: $(STAMP) ## the numba kernels against library baselines
 	$(BIN)/python benchmarks/bench_kernels.py
+
+bench-faults: $(STAMP) ## kill -9 each server and service, cut a link, 10 times each: what survived
+	$(BIN)/python benchmarks/bench_faults.py
 
 bench-soak: $(STAMP) ## 30 min of mixed load on `serve`: RSS and projection lag over time (not in `bench`)
 	$(BIN)/python benchmarks/bench_soak.py --minutes 30

@@ -286,6 +286,13 @@ async def _session_log(bus: EventBus, session_id: str) -> list[object]:
     return [typed(env) for _, env in await bus.history("session", session_id)]
 
 
+async def _tune_measurements(bus: EventBus) -> int:
+    found = 0
+    async for chunk in bus.replay(1, f"{bus.prefix}.measurement.>"):
+        found += sum(1 for raw in chunk if orjson.loads(raw.data)["data"]["purpose"] == "tune")
+    return found
+
+
 async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -> Outcome:
     out = Outcome("coordinator", "kill -9 the coordinator during a session step, restart")
     settings = cluster.settings("co", auto_threshold=0.0, escalate_threshold=0.0)
@@ -302,6 +309,7 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
     try:
         for name in services:
             await wait_answering(bus, settings, name, 120, "device_id" if name == "agent" else None)
+        stepped = 0
         for rep in range(repeat):
             out.repeats += 1
             session_id = new_id()
@@ -362,6 +370,7 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
             log = await _session_log(bus, session_id)
             runs = Counter(e.step for e in log if isinstance(e, SessionStepRun))
             moves = Counter(e.step for e in log if isinstance(e, SessionMoveDecided))
+            stepped += sum(1 for e in log if isinstance(e, SessionStepRun) and e.measurement_id)
             dups = sum(n - 1 for n in runs.values() if n > 1)
             dups += sum(n - 1 for n in moves.values() if n > 1)
             dups += max(len(finished) - 1, 0)
@@ -374,9 +383,11 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
                 continue
             if dups == 0:
                 out.survived += 1
+        tuned = await _tune_measurements(bus)
         out.notes.append(
-            "a step whose run was in flight at the kill runs again after the restart "
-            "(the first run's measurement stays in the log; its step event is written once)"
+            f"{tuned} real runs measured for {stepped} step events: a run in flight at the kill "
+            "is run again by the restarted coordinator (the first one's measurement stays in "
+            "the log, the step event is written once)"
         )
     finally:
         await bus.close()
