@@ -133,12 +133,12 @@ async def backup(bus: EventBus, settings: Settings, path: Path) -> Summary:
     count = 0
     first = held = 0
     gaps: list[list[int]] = []
-    expected = int(info.state.first_seq) if int(info.state.messages) else last + 1
+    expected = 1
     with (path / EVENTS).open("w", encoding="utf-8") as out:
         async for msg in _messages(bus, last):
             seq = int(msg.metadata.sequence.stream)
             first = first or seq
-            if count and seq != expected:
+            if seq != expected:
                 gaps.append([expected, seq - 1])
             expected = seq + 1
             held = seq
@@ -150,6 +150,8 @@ async def backup(bus: EventBus, settings: Settings, path: Path) -> Summary:
             }
             out.write(json.dumps(record, separators=(",", ":")) + "\n")
             count += 1
+    if expected <= last:
+        gaps.append([expected, last])
     objects = await _backup_objects(bus, settings, path / OBJECTS)
     model_files = await asyncio.to_thread(_copy_tree, settings.models_dir, path / MODELS)
     manifest = {
@@ -166,8 +168,8 @@ async def backup(bus: EventBus, settings: Settings, path: Path) -> Summary:
             "count": count,
             "first_seq": first,
             "last_seq": last,
-            # Sequences the stream had already lost (deleted messages) before `first_seq` or
-            # between the messages kept; a restore recreates them as gaps.
+            # Sequences the stream no longer held (deleted or purged messages), first to last;
+            # a restore recreates them as gaps.
             "gaps": gaps,
             "sha256": await asyncio.to_thread(_sha256_file, path / EVENTS),
         },

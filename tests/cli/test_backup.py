@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from hpc_ds1.backup import EVENTS, projection_digest
+from hpc_ds1.backup import EVENTS, backup, projection_digest, restore
 from hpc_ds1.bus import EventBus
 from hpc_ds1.cli import main
 from hpc_ds1.db import make_engine
@@ -293,3 +293,29 @@ async def test_a_damaged_or_foreign_backup_is_refused(
     status, err = await run(target, "restore", str(tmp_path / "nowhere"))
     assert status == 2
     assert "is not a backup" in err
+
+
+async def test_deleted_messages_at_both_ends_keep_every_sequence(
+    settings: Settings, bus: EventBus, target: Settings, source_bucket: None, tmp_path: Path
+) -> None:
+    """Deleted first and last messages: the restored stream starts and ends at the same
+    sequences, and holds the same messages in between."""
+    sequences = await bus.publish_many(story(settings.subject_prefix)[:8])
+    for seq in (sequences[0], sequences[1], sequences[4], sequences[-1]):
+        await bus.js.delete_msg(settings.stream, seq)
+    summary = await backup(bus, settings, tmp_path / "backup")
+    assert (summary.events, summary.first_seq, summary.last_seq) == (4, 3, 8)
+    assert summary.last_event == 7
+    manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
+    assert manifest["events"]["gaps"] == [[1, 2], [5, 5], [8, 8]]
+    assert target.nats_url
+    restored = await EventBus.connect(target, target.nats_url, "test")
+    try:
+        again = await restore(restored, target, tmp_path / "backup")
+        assert (again.events, again.first_seq, again.last_seq, again.last_event) == (4, 3, 8, 7)
+        assert again.gaps == 3
+        info = await restored.js.stream_info(target.stream)
+        assert (info.state.first_seq, info.state.last_seq, info.state.messages) == (3, 8, 4)
+        assert await messages(restored, target.stream) == await messages(bus, settings.stream)
+    finally:
+        await restored.close()
