@@ -28,7 +28,12 @@ from .common import add_home_argument, load_settings
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     saving = subparsers.add_parser(
-        "backup", help="write the event log and the model artifacts to a new folder"
+        "backup",
+        help="write the event log and the model artifacts to a new folder",
+        description="Write every message of the event stream (in order, with its headers), "
+        "the model bucket and the home's models folder to PATH, with a manifest of counts, "
+        "sequences and SHA-256s. Works while `hpc-ds1 serve` runs: the backup holds the log up "
+        "to its last sequence when it starts.",
     )
     saving.add_argument("path", metavar="PATH", type=Path, help="a new (or empty) folder")
     add_home_argument(saving)
@@ -38,6 +43,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "restore",
         help="restore a backup into an empty home (stream, model bucket, models folder, "
         "database), then rebuild the projection",
+        description="Append every event of the backup, with its original sequence, into the "
+        "stream of this home (HPC_DS1_STREAM on HPC_DS1_NATS_URL or the embedded server), put "
+        "the model artifacts back, and rebuild the projection and the audit file from the "
+        "restored log. Only an empty target is accepted: no event in the stream, no model in "
+        "the bucket or in the home's models folder, nothing projected in the database, and no "
+        "`hpc-ds1 serve` on the home; HPC_DS1_SUBJECT_PREFIX must be the backup's. A refused "
+        "restore changes nothing.",
     )
     loading.add_argument("path", metavar="PATH", type=Path, help="a folder `backup` wrote")
     add_home_argument(loading)
