@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import orjson
 
+from hpc_ds1.credentials import read_cli_token
 from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
@@ -61,7 +62,9 @@ async def prepare(settings: Settings) -> None:
             raise SystemExit(f"training failed: {answer.get('error')}")
 
 
-async def measure(url: str, n: int, clients: int) -> tuple[list[float], float]:
+async def measure(
+    url: str, n: int, clients: int, headers: dict[str, str]
+) -> tuple[list[float], float]:
     latencies: list[float] = []
     queue = iter(range(n))
 
@@ -74,7 +77,7 @@ async def measure(url: str, n: int, clients: int) -> tuple[list[float], float]:
                 raise SystemExit(f"decide answered {reply.status_code}: {reply.text}")
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30, headers=headers) as http:
         for _ in range(50):  # warm-up: connections, model load, caches
             await http.post("/v1/decide", json=BODY)
         started = time.perf_counter()
@@ -105,8 +108,10 @@ async def main(n: int) -> None:
                 if serve.poll() is not None:
                     raise SystemExit("hpc-ds1 serve exited")
                 await asyncio.sleep(0.2)
-        one, _ = await measure(url, n, 1)
-        many, elapsed = await measure(url, n, 8)
+            # Every call carries a credential: the home's own CLI token, as the CLI sends it.
+            headers = await _home_credential(http, home)
+        one, _ = await measure(url, n, 1, headers)
+        many, elapsed = await measure(url, n, 8, headers)
     finally:
         serve.terminate()
         serve.wait(60)
@@ -122,6 +127,17 @@ async def main(n: int) -> None:
         f"  8 clients: p50 {1000 * statistics.median(many):.2f} ms  "
         f"p99 {1000 * percentile(many, 0.99):.2f} ms  {n / elapsed:.0f} requests/s"
     )
+
+
+async def _home_credential(http: httpx.AsyncClient, home: Path) -> dict[str, str]:
+    for _ in range(300):
+        token = read_cli_token(home)
+        if token is not None:
+            headers = {"Authorization": f"Bearer {token}"}
+            if (await http.get("/v1/whoami", headers=headers)).status_code == 200:
+                return headers
+        await asyncio.sleep(0.1)
+    raise SystemExit("the home's CLI token never became valid")
 
 
 async def _ready(http: httpx.AsyncClient) -> bool:

@@ -251,3 +251,25 @@ async def register_cli_token(
     )
     log.info("cli_token_registered", token_id=cli_token_id(token), holder=holder, active=active)
     return active
+
+
+def _origin(url: str) -> tuple[str, str]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def bearer_for(home: Path, server: str, explicit: str | None) -> str | None:
+    """The token a CLI command sends to `server`: an explicit `--token` wins; else the home's
+    CLI token when `server` is this home's own gateway (never another server's); else None."""
+    if explicit:
+        return explicit
+    from .infra.home import running_owner
+
+    owner = running_owner(home)
+    if owner is None or not owner.gateway_url:
+        return None
+    if _origin(owner.gateway_url) != _origin(server):
+        return None
+    return read_cli_token(home)

@@ -6,11 +6,12 @@ import asyncio
 import json
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine, select, text
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hpc_ds1 import __version__
 from hpc_ds1.bus import EventBus
@@ -172,8 +173,8 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
         }
         return JSONResponse(body, status_code=422)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, error: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(
             _error_body(error.detail), status_code=error.status_code, headers=error.headers
         )

@@ -43,7 +43,11 @@ def service_error(answer: dict[str, Any]) -> Any:
 async def request_decision(
     bus: EventBus, settings: Settings, body: DecideRequest, actor: str
 ) -> dict[str, Any]:
-    timeout = FORWARD_PASS_TIMEOUT_S if body.telemetry else REAL_RUN_TIMEOUT_S
+    # A real run is capped by the wall-time setting (when there is one); the queue on the device
+    # and the decision itself get as long again.
+    cap = getattr(settings, "max_run_s", None)
+    real_run = 2 * float(cap) + 30 if cap else REAL_RUN_TIMEOUT_S
+    timeout = FORWARD_PASS_TIMEOUT_S if body.telemetry else real_run
     try:
         reply = await bus.nc.request(
             decide_subject(settings),

@@ -33,6 +33,7 @@ def _error(description: str) -> dict[str, Any]:
 
 Responses = dict[int | str, dict[str, Any]]
 
+E400: Responses = {400: _error("The body could not be read as the declared media type.")}
 E401: Responses = {401: _error("No token, or an unknown or revoked one.")}
 E403: Responses = {
     403: _error("The token's role may not do this (or a cross-origin cookie request).")
@@ -44,4 +45,4 @@ E422: Responses = {422: _error("Invalid input: which field and what is accepted.
 E503: Responses = {503: _error("A service it needs did not answer in time.")}
 ERRORS_401_403: Responses = {**E401, **E403}
 READ_ERRORS: Responses = {**E401, **E403, **E422}
-WRITE_ERRORS: Responses = {**E401, **E403, **E413, **E422}
+WRITE_ERRORS: Responses = {**E400, **E401, **E403, **E413, **E422}

@@ -47,11 +47,22 @@ def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
     return output
 
 
-def devices_registered(url: str) -> list[dict]:
+def cli_headers(home: Path) -> dict[str, str]:
+    """The home's own CLI credential (the gateway creates it on the home's first start)."""
+    path = home / "credentials" / "cli.token"
+    for _ in range(300):
+        if path.exists():
+            return {"Authorization": f"Bearer {path.read_text().strip()}"}
+        time.sleep(0.1)
+    raise AssertionError(f"{path} was never created")
+
+
+def devices_registered(url: str, home: Path) -> list[dict]:
+    headers = cli_headers(home)
     for _ in range(100):
-        events = httpx.get(f"{url}/v1/events", params={"type": "device.registered"}).json()
-        if events["events"]:
-            return events["events"]
+        reply = httpx.get(f"{url}/v1/events", params={"type": "device.registered"}, headers=headers)
+        if reply.status_code == 200 and reply.json()["events"]:
+            return list(reply.json()["events"])
         time.sleep(0.1)
     return []
 
@@ -64,13 +75,21 @@ def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
     try:
         ready = wait_ready(url, first)
         assert ready["checks"]["services"]["missing"] == []
-        registered = devices_registered(url)
+        registered = devices_registered(url, home)
         assert registered and registered[0]["data"]["local"] is True
+        # On loopback too, nothing without a credential.
+        assert httpx.get(f"{url}/v1/events").status_code == 401
+        assert (home / "credentials" / "cli.token").stat().st_mode & 0o777 == 0o600
         owner = json.loads((home / "owner.json").read_text())
         assert not owner["nats_url"].endswith(":4222")
     finally:
         output = stop(first, signal.SIGINT)
     assert f"Console   {url}/" in output
+    login = [line for line in output.splitlines() if line.startswith("  Log in    ")]
+    assert len(login) == 1 and f"{url}/?token=hds1_" in login[0]
+    one_time = login[0].split("?token=")[1].split()[0]
+    cli_token = (home / "credentials" / "cli.token").read_text().strip()
+    assert output.count(one_time) == 1 and cli_token not in output  # printed once, never logged
     assert (home / "nats" / "jetstream").is_dir() and (home / "postgres" / "PG_VERSION").exists()
     assert not (home / "owner.json").exists()
     audit_lines = (home / "audit.jsonl").read_text().splitlines()
@@ -79,7 +98,9 @@ def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
     second = start_serve(home, port)
     try:
         wait_ready(url, second)
-        events = httpx.get(f"{url}/v1/events", params={"type": "device.registered"}).json()
+        events = httpx.get(
+            f"{url}/v1/events", params={"type": "device.registered"}, headers=cli_headers(home)
+        ).json()
         # The first run's registration is still there, and the second run adds its own.
         assert events["events"][0]["event_id"] == registered[0]["event_id"]
     finally:

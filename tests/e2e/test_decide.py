@@ -23,6 +23,8 @@ from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.stack import open_stack
 from hpc_ds1.subjects import decide_subject
 
+from .tokens import bearer, grant
+
 HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
 SERVICES = ("projector", "agent", "decision", "gateway")
 
@@ -67,8 +69,13 @@ async def test_python_nats_http_and_cli_give_the_same_decision(
         )
         over_nats = orjson.loads(reply.data)["decision"]
         url = f"http://127.0.0.1:{settings.port}"
-        async with httpx.AsyncClient() as http:
+        viewer = await grant(stack, "viewer", "vic")
+        async with httpx.AsyncClient(headers=bearer(viewer)) as http:
             over_http = (await http.post(f"{url}/v1/decide", json=body)).json()
+            # Defect 8: who asks, for which session, is the credential's to say, not the body's.
+            for field, value in (("session_id", "s-of-someone"), ("source", "session")):
+                refused = await http.post(f"{url}/v1/decide", json={**body, field: value})
+                assert refused.status_code == 422 and field in refused.json()["error"]
         # The gateway serves from this event loop: the CLI must not block it.
         cli = await asyncio.create_subprocess_exec(
             HPC_DS1,
@@ -87,6 +94,8 @@ async def test_python_nats_http_and_cli_give_the_same_decision(
             "32",
             "--runtime-s",
             str(runtime),
+            "--token",
+            viewer,
             "--json",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -104,6 +113,9 @@ async def test_python_nats_http_and_cli_give_the_same_decision(
                     )
                 )
             ).all()
+    for answer in (over_http, over_cli):
+        assert answer["source"] == "api" and answer["actor"] == "vic"
+        assert answer["session_id"] is None
     for answer in (over_nats, over_http, over_cli):
         assert answer["choice"] == local.choice
         assert abs(answer["confidence"] - local.confidence) < 1e-6
@@ -119,15 +131,15 @@ async def test_without_telemetry_the_job_runs_first_for_real(
     settings = e2e_settings.model_copy(update={"port": free_port()})
     async with open_stack(settings, SERVICES, "e2e-decide") as stack:
         await stack.local_device()
+        job = {"workload": "montecarlo", "size": 200_000, "config": {"ranks": 2, "threads": 1}}
+        url = f"http://127.0.0.1:{settings.port}/v1/decide"
+        viewer, engineer = await grant(stack, "viewer"), await grant(stack, "engineer")
         async with httpx.AsyncClient(timeout=300) as http:
-            reply = await http.post(
-                f"http://127.0.0.1:{settings.port}/v1/decide",
-                json={
-                    "workload": "montecarlo",
-                    "size": 200_000,
-                    "config": {"ranks": 2, "threads": 1},
-                },
-            )
+            # Defect 2: a run for real needs an engineer.
+            assert (await http.post(url, json=job)).status_code == 401
+            denied = await http.post(url, json=job, headers=bearer(viewer))
+            assert denied.status_code == 403 and "engineer" in denied.json()["error"]
+            reply = await http.post(url, json=job, headers=bearer(engineer))
         assert reply.status_code == 200, reply.text
         answer = reply.json()
         await stack.caught_up()
@@ -152,7 +164,8 @@ async def test_the_guard_and_bad_input(e2e_settings: Settings, trained: dict) ->
     telemetry = {"runtime_s": 0.01}
     async with open_stack(settings, SERVICES, "e2e-decide") as stack:
         await stack.local_device()
-        async with httpx.AsyncClient(timeout=60) as http:
+        viewer = await grant(stack, "viewer")
+        async with httpx.AsyncClient(timeout=60, headers=bearer(viewer)) as http:
 
             async def post(workload: str, size: int, ranks: int, threads: int) -> httpx.Response:
                 config = {"ranks": ranks, "threads": threads}

@@ -21,6 +21,7 @@ from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.subjects import train_subject
 
 from .test_decide import HPC_DS1, cli_env
+from .tokens import bearer, grant
 
 HELD = "gemm=240,montecarlo=300000"
 
@@ -80,7 +81,8 @@ async def test_evaluate_measures_publishes_and_never_trains_on_held_out(
         assert measured == sum(configs.values()) == results["landscape"]["measurements"]
 
         base = f"http://127.0.0.1:{settings.port}"
-        async with httpx.AsyncClient(base_url=base) as http:
+        headers = bearer(await grant(stack, "viewer"))
+        async with httpx.AsyncClient(base_url=base, headers=headers) as http:
             got = (await http.get("/v1/evaluation")).json()
             png = await http.get(f"/v1/evaluation/plots/{got['plots'][0]}")
         assert got["evaluation_id"] == results["evaluation_id"]

@@ -190,7 +190,10 @@ async def test_approve_then_reject_ends_at_the_last_good_configuration(
             seen: set[str] = set()
             first = await next_approval(stack, session_id, seen)
             assert first is not None
-            listed = (await http.get("/v1/approvals")).json()["approvals"]
+            assert (await http.get("/v1/approvals")).status_code == 401
+            listed = (
+                await http.get("/v1/approvals", headers={"Authorization": f"Bearer {viewer}"})
+            ).json()["approvals"]
             assert [a["approval_id"] for a in listed] == [first["approval_id"]]
             assert listed[0]["move"] and listed[0]["confidence"] < 1.01
             denied = await http.post(

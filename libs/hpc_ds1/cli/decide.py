@@ -12,8 +12,9 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
+from ..credentials import CredentialError, bearer_for
 from ..infra.home import running_owner
-from ..requests import DecideRequest
+from ..requests import DecideBody, DecideRequest
 from ..settings import Settings
 from ..stack import open_stack
 from ..subjects import decide_subject
@@ -32,7 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--runtime-s", type=float, help="observed runtime: decide without running")
     parser.add_argument("--throughput", type=float, help="observed GFLOP/s or GB/s")
     parser.add_argument("--server", help="coordinator URL (default: the one serving this home)")
-    parser.add_argument("--token", help="bearer token for --server")
+    parser.add_argument(
+        "--token",
+        help="bearer token for --server (default: this home's own, "
+        "$HPC_DS1_HOME/credentials/cli.token, when the server is this home's)",
+    )
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
@@ -61,7 +66,11 @@ def handle(args: argparse.Namespace) -> int:
     owner = running_owner(settings.home)
     server = args.server or (owner.gateway_url if owner else None)
     if server:
-        decision = over_http(server, request, args.token)
+        try:
+            token = bearer_for(settings.home, server, args.token)
+        except CredentialError as error:
+            raise UsageError(str(error)) from None
+        decision = over_http(server, request, token)
     else:
         decision = asyncio.run(over_local_stack(settings, request))
     print(json.dumps(decision, indent=2) if args.json else render(decision))
@@ -69,18 +78,30 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def over_http(server: str, request: DecideRequest, token: str | None) -> dict[str, Any]:
+    """POST /v1/decide: the job only (the server sets who asks from the token)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    job = DecideBody(
+        workload=request.workload,
+        size=request.size,
+        config=request.config,
+        telemetry=request.telemetry,
+    )
     try:
         reply = httpx.post(
             f"{server.rstrip('/')}/v1/decide",
-            content=request.model_dump_json(),
+            content=job.model_dump_json(),
             headers={"Content-Type": "application/json", **headers},
             timeout=900,
         )
     except httpx.HTTPError as error:
         raise UsageError(f"cannot reach {server}: {error}") from None
     if reply.status_code != 200:
-        raise UsageError(f"{server} answered {reply.status_code}: {reply.text}")
+        hint = ""
+        if reply.status_code == 401 and not token:
+            hint = (
+                " (give --token; this home's own server reads $HPC_DS1_HOME/credentials/cli.token)"
+            )
+        raise UsageError(f"{server} answered {reply.status_code}: {reply.text}{hint}")
     body: dict[str, Any] = reply.json()
     return body
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import time
 
+from ..credentials import cli_token_path, new_login_token
 from ..infra.home import Endpoints, own_home
 from ..runtime import SERVICES, install_stop_signals, run_services
 from ..settings import Settings
@@ -40,6 +41,10 @@ def serve(settings: Settings, services: tuple[str, ...]) -> int:
             print(f"  Postgres  {db}", flush=True)
             if "gateway" in services:
                 print(f"  Console   {url}   (API docs {url}docs)", flush=True)
+                # Like Jupyter: a one-time URL trades its token for the console's cookie.
+                print(f"  Log in    {url}?token={new_login_token(settings.home)}", flush=True)
+                print("            (works once; `hpc-ds1 token login` prints a new one)")
+                print(f"  CLI token {cli_token_path(settings.home)}", flush=True)
             asyncio.run(_serve(settings, services, ends, started))
     except RuntimeError as error:
         raise UsageError(str(error)) from None

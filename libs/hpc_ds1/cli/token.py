@@ -1,4 +1,5 @@
-"""`hpc-ds1 token create|list|revoke`: bearer tokens, stored only as hashes."""
+"""`hpc-ds1 token create|list|revoke|login`: bearer tokens, stored only as hashes; `login` prints
+a new one-time login URL for the browser (see hpc_ds1.credentials)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from ..credentials import new_login_token, owner_name
 from ..db import tables
 from ..events import TokenCreated, TokenRevoked, envelope
+from ..infra.home import running_owner
 from ..settings import Settings
 from ..stack import Stack, open_stack
 from ..tokens import HOLDER_PATTERN, HOLDER_RULE, ROLES, new_token, new_token_id, token_hash
@@ -35,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     listing.add_argument("--json", action="store_true", help="print the tokens as JSON")
     add_home_argument(listing)
     listing.set_defaults(handler=handle_list)
+
+    login = actions.add_parser(
+        "login", help="a new one-time login URL for this home's console (the old one stops working)"
+    )
+    add_home_argument(login)
+    login.set_defaults(handler=handle_login)
 
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("token_id", metavar="TOKEN_ID")
@@ -138,4 +147,23 @@ async def _revoke(settings: Settings, token_id: str) -> str:
 def handle_revoke(args: argparse.Namespace) -> int:
     settings = load_settings(home=args.home)
     print(asyncio.run(_revoke(settings, args.token_id)))
+    return 0
+
+
+def login_url(base: str, token: str) -> str:
+    """The URL that trades a one-time token for the console's session cookie."""
+    return f"{base.rstrip('/')}/?token={token}"
+
+
+def handle_login(args: argparse.Namespace) -> int:
+    settings = load_settings(home=args.home)
+    owner = running_owner(settings.home)
+    token = new_login_token(settings.home)
+    if owner is not None and owner.gateway_url:
+        print(f"Open this once to log in (admin, as {owner_name()}):")
+        print(login_url(owner.gateway_url, token))
+        return 0
+    shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    print("No server runs for this home yet; once `hpc-ds1 serve` runs, open this once:")
+    print(login_url(f"http://{shown}:{settings.port}/", token))
     return 0

@@ -15,6 +15,7 @@ import orjson
 from pydantic import ValidationError
 
 from ..approvals import ApprovalError, decide_approval
+from ..credentials import CredentialError, bearer_for
 from ..events import new_id
 from ..infra.home import running_owner
 from ..requests import StartSessionRequest
@@ -39,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "session id and return",
     )
     parser.add_argument("--server", help="coordinator URL (default: this home's, or embedded)")
-    parser.add_argument("--token", help="engineer token for --server")
+    parser.add_argument(
+        "--token",
+        help="engineer token for --server (default: this home's own, "
+        "$HPC_DS1_HOME/credentials/cli.token, when the server is this home's)",
+    )
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
 
@@ -79,7 +84,11 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(validation_message(error)) from None
     owner = running_owner(settings.home)
     if args.server:
-        return asyncio.run(remote(args.server, args.token, request, args.no_wait))
+        try:
+            token = bearer_for(settings.home, args.server, args.token)
+        except CredentialError as error:
+            raise UsageError(str(error)) from None
+        return asyncio.run(remote(args.server, token, request, args.no_wait))
     if owner is None:
         print(
             "no coordinator is serving this home: starting the embedded one for this session",
