@@ -1,0 +1,118 @@
+"""The decision service against real NATS, Postgres, agent and runs: a decision with telemetry
+is answered while another decision's run waits for the device (runs queue on the agent, decisions
+never wait behind them), and a run past the wall-time cap is refused before anything runs, with
+the estimate and how it was made."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from sqlalchemy import Engine
+
+from hpc_ds1.devicelock import device_lock
+from hpc_ds1.events import MeasurementRecorded, ModelPublished, envelope
+from hpc_ds1.model import TrainedModel
+from hpc_ds1.models_store import save_local
+from hpc_ds1.requests import DecideRequest
+from hpc_ds1.settings import Settings
+from hpc_ds1.stack import Stack, open_stack
+from hpc_ds1.subjects import decide_subject, status_subject
+from hpc_ds1.workloads import get_workload
+
+WAIT_S = 90.0
+GEMM = {"ranks": 1, "threads": 1, "tile": get_workload("gemm").default_tile}
+MONTECARLO = {"ranks": 1, "threads": 1, "tile": get_workload("montecarlo").default_tile}
+
+
+@pytest.fixture
+async def decider(
+    settings: Settings, engine: Engine, trained: TrainedModel
+) -> AsyncIterator[tuple[Stack, str]]:
+    """Projector, agent and decision on a device with a model (trained on real tiny runs) and
+    one montecarlo measurement: 0.01 s at size 10^6."""
+    async with open_stack(settings, ("projector", "agent", "decision"), "test-decision") as stack:
+        device_id = await stack.local_device()
+        data = trained.to_onnx()
+        await asyncio.to_thread(save_local, settings.models_dir, trained.version, device_id, data)
+        prefix = settings.subject_prefix
+        events = [
+            ModelPublished(
+                model_version=trained.version,
+                device_id=device_id,
+                artifact=f"{device_id}/{trained.version}.onnx",
+                sha256=hashlib.sha256(data).hexdigest(),
+                trained_on=1,
+            ),
+            MeasurementRecorded(
+                measurement_id="m-basis",
+                device_id=device_id,
+                workload="montecarlo",
+                size=1_000_000,
+                config=MONTECARLO,
+                status="ok",
+                runtime_s=0.01,
+                repeats=3,
+            ),
+        ]
+        for event in events:
+            await stack.bus.publish(envelope(event, actor="test", source="test", prefix=prefix))
+        await stack.caught_up()
+        yield stack, device_id
+
+
+async def decide(stack: Stack, body: dict[str, Any], timeout: float = WAIT_S) -> dict[str, Any]:
+    request = DecideRequest.model_validate(body)
+    reply = await stack.bus.nc.request(
+        decide_subject(stack.settings), request.model_dump_json().encode(), timeout=timeout
+    )
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    return answer
+
+
+async def test_a_decision_with_telemetry_is_answered_while_a_run_waits_for_the_device(
+    decider: tuple[Stack, str], settings: Settings
+) -> None:
+    stack, _ = decider
+    body = {"workload": "gemm", "size": 48, "config": GEMM}
+    with device_lock(settings.home):  # another job of this home holds the device
+        waiting = asyncio.create_task(decide(stack, body))  # no telemetry: it runs first
+
+        async def in_flight() -> int:
+            status = status_subject(settings, "decision")
+            reply = await stack.bus.nc.request(status, b"", timeout=5)
+            return int(orjson.loads(reply.data)["decisions_in_flight"])
+
+        end = time.monotonic() + WAIT_S
+        while await in_flight() < 1:  # the decision service holds it, waiting for the run
+            assert time.monotonic() < end and not waiting.done()
+            await asyncio.sleep(0.05)
+        answer = await decide(stack, {**body, "telemetry": {"runtime_s": 0.002}}, timeout=30)
+        assert answer["ok"], answer
+        assert answer["decision"]["ran"] is False
+        assert not waiting.done()  # answered while the run still waits for the device
+    ran = await waiting
+    assert ran["ok"], ran
+    assert ran["decision"]["ran"] is True and ran["decision"]["telemetry"]["runtime_s"] > 0
+
+
+async def test_a_run_past_the_cap_is_refused_with_its_estimate(
+    decider: tuple[Stack, str], settings: Settings
+) -> None:
+    stack, _ = decider
+    answer = await decide(stack, {"workload": "montecarlo", "size": 10**12, "config": MONTECARLO})
+    assert not answer["ok"] and answer["status"] == 422
+    error = answer["error"]
+    # 0.01 s at 10^6 samples scaled by the declared work (10^6 x): ~10^4 s a run, 4 runs.
+    assert "montecarlo size 1000000000000 would run for about 11.1 h" in error
+    assert "measured 0.01 s per run at size 1000000 (this configuration)" in error
+    assert "declared work" in error and "HPC_DS1_MAX_RUN_S" in error
+    assert not (settings.home / "device.lock").exists()  # nothing went near the device
+    # Within the cap it runs.
+    small = await decide(stack, {"workload": "montecarlo", "size": 200_000, "config": MONTECARLO})
+    assert small["ok"] and small["decision"]["ran"] is True, small
