@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_ds1.backup import backup, restore
 from hpc_ds1.bus import EventBus, server_list
 from hpc_ds1.events import Envelope, TokenCreated, decode, envelope
 from hpc_ds1.infra.cluster import LocalCluster, render_node_config
@@ -155,3 +156,29 @@ def test_every_node_routes_to_the_others(tmp_path: Path) -> None:
     for port in (6221, 6222, 6223):
         assert f"nats-route://127.0.0.1:{port}" in config
     assert "sync_interval: always" in config
+
+
+async def test_a_single_server_log_moves_onto_the_cluster_by_backup_and_restore(
+    cluster: LocalCluster, settings: Settings, bus: EventBus, tmp_path: Path
+) -> None:
+    """How a site grows: a backup of the single server's log, restored into the cluster at
+    three replicas, the same messages at the same sequences (a deleted one included)."""
+    events = [Load(bus)._next() for _ in range(20)]
+    sequences = await bus.publish_many(events)
+    await bus.js.delete_msg(settings.stream, sequences[3])
+    await backup(bus, settings, tmp_path / "backup")
+    grown = settings.model_copy(
+        update={"nats_url": cluster.url, "stream_replicas": 3, "home": tmp_path / "grown"}
+    )
+    target = await EventBus.connect(grown, cluster.url, "test")
+    try:
+        summary = await restore(target, grown, tmp_path / "backup")
+        assert (summary.events, summary.last_seq) == (19, 20)
+        info = await target.js.stream_info(grown.stream)
+        assert info.config.num_replicas == 3
+        assert (info.state.messages, info.state.last_seq) == (19, 20)
+        source = [(e.seq, e.subject, e.data) async for chunk in bus.replay(1) for e in chunk]
+        copied = [(e.seq, e.subject, e.data) async for chunk in target.replay(1) for e in chunk]
+        assert copied == source
+    finally:
+        await target.close()
