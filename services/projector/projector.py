@@ -103,6 +103,7 @@ class Projector:
         self.stream_last = 0
         self.set_aside = 0
         self.anchors = 0
+        self._anchoring: asyncio.Task[int | None] | None = None
         self._failing_since: float | None = None
         self._failure = ""
         self._progress_at = time.monotonic()
@@ -165,6 +166,8 @@ class Projector:
         finally:
             monitor.cancel()
             await asyncio.gather(monitor, return_exceptions=True)
+            if self._anchoring is not None:
+                await asyncio.gather(self._anchoring, return_exceptions=True)
 
     async def _monitor(self, stop: asyncio.Event) -> None:
         """Refresh what the health facts compare: the log's end, the checkpoint (a rebuild may
@@ -246,21 +249,29 @@ class Projector:
         return [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
 
     async def _maybe_anchor(self) -> None:
-        if self._unanchored and time.monotonic() - self._anchored_at >= self.anchor_every_s:
-            await self.anchor()
+        """Anchor in the background (the fold never waits on it), one at a time."""
+        due = time.monotonic() - self._anchored_at >= self.anchor_every_s
+        if self._unanchored and due and (self._anchoring is None or self._anchoring.done()):
+            self._anchoring = asyncio.create_task(self.anchor())
 
     async def anchor(self) -> int | None:
-        """Append an `audit.checkpoint` event: the audit file's last sequence and hash now."""
+        """Append an `audit.checkpoint` event: the audit file's last sequence and hash now.
+        A failed append is logged and tried again after the interval."""
         if self.audit.last_seq == 0:
             return None
         event = AuditCheckpoint(
             seq=self.audit.last_seq, hash=self.audit.last_hash, lines=self.audit.lines
         )
-        seq = await self.bus.publish(
-            envelope(event, actor="projector", source="projector", prefix=self.bus.prefix)
-        )
         self._anchored_at = time.monotonic()
         self._unanchored = False
+        try:
+            seq = await self.bus.publish(
+                envelope(event, actor="projector", source="projector", prefix=self.bus.prefix)
+            )
+        except Exception as error:
+            self._unanchored = True
+            log.warning("audit_anchor_failed", seq=event.seq, error=repr(error)[:300])
+            return None
         self.anchors += 1
         log.info("audit_anchored", seq=event.seq, hash=event.hash, event_seq=seq)
         return seq

@@ -45,7 +45,8 @@ def handle_verify(args: argparse.Namespace) -> int:
         verdict = verify(path)
     else:
         with use_home(settings) as ends:
-            verdict = asyncio.run(_against_log(settings, path, ends.nats_url, ends.database_url))
+            nats_url, database_url = ends.nats_url_for("cli"), ends.app_database_url()
+            verdict = asyncio.run(_against_log(settings, path, nats_url, database_url))
     return _report(verdict, path)
 
 

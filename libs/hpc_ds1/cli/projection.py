@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import time
 
+from sqlalchemy import func, select
+
 from ..bus import EventBus
-from ..db import make_engine
+from ..db import make_engine, tables
 from ..infra.home import use_home
 from ..settings import Settings
 from .common import add_home_argument, load_settings
@@ -26,18 +28,28 @@ def handle_rebuild(args: argparse.Namespace) -> int:
     settings = load_settings(home=args.home)
     with use_home(settings) as ends:
         started = time.perf_counter()
-        last = asyncio.run(_rebuild(settings, ends.nats_url_for("cli"), ends.app_database_url()))
-        print(f"rebuilt the projection from {last} events in {time.perf_counter() - started:.2f} s")
+        nats_url, database_url = ends.nats_url_for("cli"), ends.app_database_url()
+        last, aside = asyncio.run(_rebuild(settings, nats_url, database_url))
+        took = time.perf_counter() - started
+        print(f"rebuilt the projection from {last} events in {took:.2f} s")
+        if aside:
+            print(
+                f"{aside} event(s) set aside: Postgres refused what they hold; each is in the "
+                "projection_set_aside table with its reason"
+            )
     return 0
 
 
-async def _rebuild(settings: Settings, nats_url: str, database_url: str) -> int:
+async def _rebuild(settings: Settings, nats_url: str, database_url: str) -> tuple[int, int]:
     from hpc_ds1.services.projector import rebuild
 
     bus = await EventBus.connect(settings, nats_url, "rebuild")
     engine = make_engine(database_url, pool_size=1)
     try:
-        return await rebuild(engine, bus)
+        last = await rebuild(engine, bus)
+        with engine.connect() as conn:
+            aside = conn.execute(select(func.count()).select_from(tables.set_aside)).scalar_one()
+        return last, int(aside)
     finally:
         await bus.close()
         engine.dispose()
