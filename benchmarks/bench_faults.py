@@ -45,7 +45,7 @@ async def main(args: argparse.Namespace) -> int:
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-if __name__ == "__main__":
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10, help="faults per scenario (10)")
     parser.add_argument(
@@ -56,9 +56,14 @@ if __name__ == "__main__":
     )
     parser.add_argument("--small", action="store_true", help="the small loads CI uses")
     parser.add_argument("--seed", type=int, default=0, help="where in the load each fault hits")
-    arguments = parser.parse_args()
+    arguments = parser.parse_args(argv)
     if arguments.repeat < 1:
         parser.error(f"--repeat must be at least 1, got {arguments.repeat}")
+    return arguments
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
     log.configure("warning", json=True)
     # nats-py logs every failed reconnect with a traceback; the faults here cause them on purpose.
     logging.getLogger("nats.aio.client").setLevel(logging.CRITICAL)

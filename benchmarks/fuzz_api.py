@@ -42,6 +42,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import Engine
 
+from hpc_ds1 import log
 from hpc_ds1.bus import EventBus
 from hpc_ds1.credentials import publish_token
 from hpc_ds1.db import make_engine
@@ -241,6 +242,7 @@ async def main(total: int, seed: int) -> int:
 
     from hpc_ds1.infra.home import Endpoints, own_home
 
+    log.configure("error", json=False)  # one line per request would drown the figures
     home = Path(tempfile.mkdtemp(prefix="hpcds1-fuzz-"))
     settings = Settings(
         home=home,

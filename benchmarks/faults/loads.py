@@ -18,6 +18,7 @@ class Load:
         ("gemm", (192, 288, 384)),
         ("montecarlo", (200_000, 400_000)),
     )
+    train_repeats: int = 2
     cut_events: int = 2000
     cut_down_s: float = 3.0
 
@@ -29,6 +30,7 @@ SMALL = Load(
     live=400,
     montecarlo_size=8_000_000,
     train_sizes=(("gemm", (288,)),),
+    train_repeats=1,
     cut_events=400,
     cut_down_s=2.0,
 )

@@ -242,10 +242,10 @@ async def projector(cluster: Cluster, load: Load, repeat: int, rng: random.Rando
 SESSION_START = {"ranks": 1, "threads": 1, "tile": 32}
 
 
-async def train_tiny_model(settings: Settings, sizes: dict[str, list[int]]) -> str:
+async def train_tiny_model(settings: Settings, sizes: dict[str, list[int]], repeats: int) -> str:
     """A few real runs and a model trained by the trainer service (as tests/e2e does)."""
     from hpc_ds1.hardware import fingerprint
-    from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
+    from hpc_ds1.setup import Campaign, Profile, plan_jobs
     from hpc_ds1.space import ConfigSpace
     from hpc_ds1.stack import open_stack
     from hpc_ds1.subjects import train_subject
@@ -255,7 +255,7 @@ async def train_tiny_model(settings: Settings, sizes: dict[str, list[int]]) -> s
     for name, measured in sizes.items():
         wl = get_workload(name)
         space = {name: ConfigSpace.for_device(fp, wl)}
-        chunks += plan_jobs([wl], space, PROFILES["quick"], measured)
+        chunks += plan_jobs([wl], space, Profile("faults", None, repeats), measured)
     async with open_stack(settings, ("projector", "agent", "trainer"), "faults-setup") as stack:
         device_id = await stack.local_device()
         report = await Campaign(stack, device_id).run(chunks, lambda *_: None)
@@ -298,13 +298,15 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
     settings = cluster.settings("co", auto_threshold=0.0, escalate_threshold=0.0)
     assert settings.database_url
     migrated(settings.database_url).dispose()
-    started = time.monotonic()
-    await train_tiny_model(settings, {name: list(sizes) for name, sizes in load.train_sizes})
-    out.notes.append(f"tiny setup and training: {time.monotonic() - started:.0f} s")
+    # These start while the model trains (the agent after: one agent per device at a time).
     services: dict[str, Service] = {
-        name: cluster.spawn(name, settings)
-        for name in ("projector", "agent", "decision", "coordinator")
+        name: cluster.spawn(name, settings) for name in ("projector", "decision", "coordinator")
     }
+    started = time.monotonic()
+    sizes = {name: list(sizes) for name, sizes in load.train_sizes}
+    await train_tiny_model(settings, sizes, load.train_repeats)
+    out.notes.append(f"tiny setup and training: {time.monotonic() - started:.0f} s")
+    services["agent"] = cluster.spawn("agent", settings)
     bus = await _connect(cluster, settings, "faults-client")
     try:
         for name in services:
@@ -391,6 +393,8 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
         )
     finally:
         await bus.close()
+        for service in services.values():
+            service.stop()
     return out
 
 

@@ -5,21 +5,17 @@ nothing of a killed job may be left running."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from benchmarks.bench_faults import parse_args
 from benchmarks.faults import SCENARIOS, SMALL, Cluster, report, run_scenario, shared_cluster
 from benchmarks.faults.cluster import stream_ids
 from benchmarks.faults.outcome import Outcome
 from benchmarks.faults.publisher import measurement, publish_through_faults
 from hpc_ds1.bus import EventBus
 from hpc_ds1.settings import Settings
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_faults.py"
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +56,18 @@ def test_an_outcome_with_anything_lost_duplicated_or_left_is_not_ok() -> None:
     assert not survived_one(kills=0, survived=0).ok  # a fault that never happened proves nothing
 
 
-def test_the_benchmark_rejects_bad_arguments_saying_what_is_accepted() -> None:
+def test_the_benchmark_rejects_bad_arguments_saying_what_is_accepted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse_args([]).repeat == 10
     for args, expected in (
-        (["--repeat", "0"], "--repeat must be at least 1"),
-        (["--only", "nope"], "invalid choice: 'nope'"),
+        (["--repeat", "0"], "--repeat must be at least 1, got 0"),
+        (["--only", "nope"], "invalid choice: 'nope' (choose from"),
     ):
-        done = subprocess.run(
-            [sys.executable, str(BENCH), *args], capture_output=True, text=True, check=False
-        )
-        assert done.returncode == 2, done
-        assert expected in done.stderr
+        with pytest.raises(SystemExit) as exited:
+            parse_args(args)
+        assert exited.value.code == 2
+        assert expected in capsys.readouterr().err
 
 
 async def test_an_unknown_scenario_or_repeat_count_is_refused_naming_what_is_accepted() -> None:
