@@ -50,7 +50,8 @@ class Process:
         lock = held()
         owner_r, self._owner_w = os.pipe()  # the guard sees EOF when this process is gone
         keep = [owner_r] + ([lock.fd] if lock is not None else [])
-        argv = [sys.executable, GUARD, "--owner-fd", str(owner_r), "--deadline", repr(deadline)]
+        argv = [sys.executable, "-S", "-E", GUARD, "--owner-fd", str(owner_r)]
+        argv += ["--deadline", repr(deadline)]
         argv += [f"--hold-fd={fd}" for fd in keep[1:]]
         self._lock = lock
         if lock is not None:
@@ -137,12 +138,14 @@ class Process:
 
     def kill(self) -> None:
         """SIGKILL the process group, then any descendant that escaped it; reap the child."""
+        exited = self.popen.poll() is not None  # the guard ended: it cleaned up after the job
         kill_tree(self.popen.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=10)
         with contextlib.suppress(OSError):
             os.close(self._owner_w)
-        kill_marked(self.marker)  # anything that escaped the tree (it carries the marker)
+        if not exited:
+            kill_marked(self.marker)  # anything that escaped the tree (it carries the marker)
         if self._lock is not None:
             self._lock.clear_job()
 
