@@ -216,7 +216,10 @@ class Projector:
                 events = await fetching
                 fetching = asyncio.create_task(self._fetch(sub))
                 if not events:
+                    # Caught up with all the log delivers (a message deleted at its end is
+                    # never delivered, so the log's last sequence alone could say "stalled").
                     self._failing_since = None
+                    self._progress_at = time.monotonic()
                     await self._maybe_anchor()
                     continue
                 started = time.perf_counter()
