@@ -8,8 +8,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Load:
     nats_events: int = 3000  # published per repetition while nats-server is killed
-    backlog: int = 20_000  # events waiting when the projector starts
-    live: int = 2000  # events published while Postgres or the projector is down
+    backlog: int = 10_000  # events waiting when the projector starts
+    live: int = 1000  # events published while Postgres or the projector is down
     montecarlo_size: int = 20_000_000  # the agent's job: seconds of real work under 2 ranks
     orphan_grace_s: float = 5.0  # how long a killed agent's job may take to disappear
     session_size: int = 288  # gemm size of the coordinator's tuning sessions
