@@ -293,6 +293,52 @@ async def _tune_measurements(bus: EventBus) -> int:
     return found
 
 
+async def _start_session(bus: EventBus, settings: Settings, load: Load) -> str:
+    session_id = new_id()
+    body = {
+        "workload": "gemm",
+        "size": load.session_size,
+        "start": SESSION_START,
+        "session_id": session_id,
+        "wait_for_engineer": False,
+    }
+    reply = await bus.nc.request(
+        start_session_subject(settings),
+        orjson.dumps(body),
+        timeout=60,
+        headers={"Hpc-Actor": "faults"},
+    )
+    answer = orjson.loads(reply.data)
+    if not answer.get("ok"):
+        raise RuntimeError(f"the session did not start: {answer}")
+    return session_id
+
+
+async def _kill_during_run(
+    cluster: Cluster,
+    bus: EventBus,
+    session_id: str,
+    target: int,
+    coordinator: Service,
+    rng: random.Random,
+) -> bool:
+    """SIGKILL the coordinator while the session's `target`-th real run is on the device;
+    False if the session finished first."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        seen |= await asyncio.to_thread(_launches, cluster.marker)
+        if len(seen) >= target:
+            await asyncio.sleep(rng.uniform(0.0, 0.3))
+            await asyncio.to_thread(coordinator.kill9)
+            return True
+        log = await _session_log(bus, session_id)
+        if any(isinstance(e, SessionFinished) for e in log):
+            return False
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"session {session_id} ran nothing for 300 s")
+
+
 async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -> Outcome:
     out = Outcome("coordinator", "kill -9 the coordinator during a session step, restart")
     settings = cluster.settings("co", auto_threshold=0.0, escalate_threshold=0.0)
@@ -314,48 +360,25 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
         stepped = 0
         for rep in range(repeat):
             out.repeats += 1
-            session_id = new_id()
-            body = {
-                "workload": "gemm",
-                "size": load.session_size,
-                "start": SESSION_START,
-                "session_id": session_id,
-                "wait_for_engineer": False,
-            }
-            reply = orjson.loads(
-                (
-                    await bus.nc.request(
-                        start_session_subject(settings),
-                        orjson.dumps(body),
-                        timeout=60,
-                        headers={"Hpc-Actor": "faults"},
-                    )
-                ).data
-            )
-            if not reply.get("ok"):
-                out.fail(rep, f"the session did not start: {reply}")
-                continue
-            # Kill during the k-th real run of the session (1: its baseline).
-            target = 1 + rep % 3
-            seen: set[int] = set()
-            killed = False
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                seen |= await asyncio.to_thread(_launches, cluster.marker)
-                if len(seen) >= target:
-                    await asyncio.sleep(rng.uniform(0.0, 0.3))
-                    await asyncio.to_thread(services["coordinator"].kill9)
-                    killed = True
+            # Kill during the k-th real run of a session (1: its baseline); a session that
+            # finishes before its k-th run is replaced by one killed during its baseline.
+            killed, session_id = False, ""
+            for target in dict.fromkeys((1 + rep % 3, 1)):
+                try:
+                    session_id = await _start_session(bus, settings, load)
+                except RuntimeError as error:
+                    out.fail(rep, str(error))
                     break
-                log = await _session_log(bus, session_id)
-                if any(isinstance(e, SessionFinished) for e in log):
-                    break
-                await asyncio.sleep(0.05)
-            if not killed:
-                out.notes.append(
-                    f"repetition {rep + 1}: the session finished after {len(seen)} runs, "
-                    f"before run {target}; no kill"
+                killed = await _kill_during_run(
+                    cluster, bus, session_id, target, services["coordinator"], rng
                 )
+                if killed:
+                    break
+                out.notes.append(
+                    f"repetition {rep + 1}: a session finished before its run {target}; "
+                    "another one was killed during its baseline"
+                )
+            if not killed:
                 out.fail(rep, "no kill happened")
                 continue
             out.kills += 1
