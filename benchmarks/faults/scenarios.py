@@ -424,7 +424,7 @@ async def coordinator(cluster: Cluster, load: Load, repeat: int, rng: random.Ran
 # --- an agent mid-job --------------------------------------------------------------------------
 
 
-def _lock_free(home: Path) -> bool:
+def lock_free(home: Path) -> bool:
     path = home / "device.lock"
     if not path.exists():
         return True
@@ -491,7 +491,7 @@ async def agent(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -
             while left and time.monotonic() < grace:
                 await asyncio.sleep(0.1)
                 left = await asyncio.to_thread(marked, marker)
-            lock_free = await asyncio.to_thread(_lock_free, settings.home)
+            freed = await asyncio.to_thread(lock_free, settings.home)
             orphans = len(left)
             out.orphans += orphans
             if orphans:
@@ -502,7 +502,7 @@ async def agent(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -
                     f"{load.orphan_grace_s:g} s after the agent died",
                 )
                 kill_marked(marker)
-            if not lock_free:
+            if not freed:
                 out.fail(rep, "device.lock still held after the agent died")
             answer = "no reply"
             try:
@@ -517,7 +517,7 @@ async def agent(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -
                 out.fail(rep, "the caller got a success for a job killed mid-run")
             if rep == 0:
                 out.notes.append(f"the caller's answer for a killed job: {answer}")
-            if not orphans and lock_free and answer != "ok":
+            if not orphans and freed and answer != "ok":
                 out.survived += 1
     finally:
         await bus.close()

@@ -5,15 +5,20 @@ nothing of a killed job may be left running."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from benchmarks.bench_faults import parse_args
 from benchmarks.faults import SCENARIOS, SMALL, Cluster, report, run_scenario, shared_cluster
-from benchmarks.faults.cluster import stream_ids
+from benchmarks.faults.cluster import MARKER, kill_marked, marked, stream_ids
 from benchmarks.faults.outcome import Outcome
 from benchmarks.faults.publisher import measurement, publish_through_faults
+from benchmarks.faults.scenarios import lock_free
 from hpc_ds1.bus import EventBus
 from hpc_ds1.settings import Settings
 
@@ -75,3 +80,23 @@ async def test_an_unknown_scenario_or_repeat_count_is_refused_naming_what_is_acc
         await run_scenario("nope", 1)
     with pytest.raises(ValueError, match="repeat must be at least 1"):
         await run_scenario("agent", 0)
+
+
+def test_the_orphan_check_finds_a_process_left_behind_and_the_lock_check_a_held_lock(
+    tmp_path: Path,
+) -> None:
+    marker = f"test-{os.getpid()}"
+    left = subprocess.Popen(
+        ["sleep", "60"], env={**os.environ, MARKER: marker}, start_new_session=True
+    )
+    try:
+        assert [p.pid for p in marked(marker)] == [left.pid]
+        assert kill_marked(marker) == 1
+        assert marked(marker) == []
+    finally:
+        left.kill()
+        left.wait()
+    assert lock_free(tmp_path)
+    with (tmp_path / "device.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        assert not lock_free(tmp_path)
