@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_args()
-    log.configure("warning", json=True)
+    log.configure("error", json=True)  # the faults make the services warn on purpose
     # nats-py logs every failed reconnect with a traceback; the faults here cause them on purpose.
     logging.getLogger("nats.aio.client").setLevel(logging.CRITICAL)
     sys.exit(asyncio.run(main(arguments)))
