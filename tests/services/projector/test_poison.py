@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 
+from nats.errors import NoRespondersError
 from sqlalchemy import Engine, select, text
 
 from hpc_ds1.audit import AuditFile, verify
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.events import ApprovalDecided, DeviceRegistered, MeasurementRecorded
+from hpc_ds1.runtime import run_services
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
+from hpc_ds1.subjects import status_subject
 
 from .test_projector import checkpoint, count, measurement, run_until, snapshot, wrap
 
@@ -138,3 +141,39 @@ async def test_a_database_failure_is_not_the_events_fault(
         await task
     assert count(engine, tables.measurements) == 2
     assert count(engine, tables.set_aside) == 0
+
+
+async def test_the_status_reply_carries_the_projectors_health(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    """What readiness reads: lag, checkpoint, set_aside, healthy, problem."""
+    await bus.publish(measurement(bus, 0))
+    last = await bus.publish(wrap(bus, too_big(bus)))
+    assert settings.nats_url and settings.database_url
+    stop = asyncio.Event()
+    facts: dict[str, object] = {}
+    service = asyncio.create_task(
+        run_services(("projector",), settings, settings.nats_url, settings.database_url, stop)
+    )
+    try:
+        for _ in range(400):
+            try:
+                reply = await bus.nc.request(status_subject(settings, "projector"), b"", timeout=5)
+            except NoRespondersError:  # not subscribed yet
+                await asyncio.sleep(0.05)
+                continue
+            facts = json.loads(reply.data)
+            if facts["checkpoint"] == last and facts["lag"] == 0:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await service
+    assert facts["service"] == "projector"
+    assert {k: facts[k] for k in ("lag", "checkpoint", "set_aside", "healthy", "problem")} == {
+        "lag": 0,
+        "checkpoint": last,
+        "set_aside": 1,
+        "healthy": True,
+        "problem": None,
+    }
