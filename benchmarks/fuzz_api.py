@@ -123,13 +123,20 @@ def fuzz(base_url: str, tokens: dict[str, str], total: int, seed: int) -> Report
         if (result.ok().method.upper(), result.ok().path) not in SKIPPED
     ]
     modes = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-    per_run = max(1, math.ceil(total / (len(operations) * len(ROLES) * len(modes))))
+    runs = [(op, role, mode) for op in operations for role in ROLES for mode in modes]
     started = time.perf_counter()
-    for operation in operations:
-        for role in ROLES:
+    # Operations with little to vary run out of new inputs early: rounds with fresh seeds go
+    # on until `total` requests were sent.
+    for round_ in range(100):
+        before = report.requests
+        per_run = max(1, math.ceil((total - report.requests) / len(runs)))
+        for operation, role, mode in runs:
+            if report.requests >= total:
+                break
             headers = {"Authorization": f"Bearer {tokens[role]}"} if role else {}
-            for mode in modes:
-                _run(operation, mode, role, headers, base_url, session, per_run, seed, report)
+            _run(operation, mode, role, headers, base_url, session, per_run, seed + round_, report)
+        if report.requests >= total or report.requests == before:
+            break
     report.seconds = time.perf_counter() - started
     return report
 
