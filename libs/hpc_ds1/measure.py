@@ -12,7 +12,8 @@ from hpc_ds1.runner import RunResult
 from hpc_ds1.space import Config
 
 log = get_logger("measure")
-PUBLISH_RETRY_DELAYS_S = (0.25, 0.5, 1.0, 2.0)
+# Beyond the bus's own resending of an unanswered append (bus.PUBLISH_RETRY_S): any failure.
+PUBLISH_RETRY_DELAYS_S = (1.0, 4.0)
 
 
 def config_key(config: Config) -> str:

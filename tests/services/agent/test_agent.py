@@ -22,12 +22,14 @@ import pytest
 from nats.errors import NoRespondersError
 from sqlalchemy import Engine
 
+from hpc_ds1 import bus as hpc_bus
 from hpc_ds1.bus import EventBus
 from hpc_ds1.devicelock import device_lock
 from hpc_ds1.events import MeasurementRecorded, envelope
 from hpc_ds1.hardware import fingerprint
 from hpc_ds1.measure import publish_retrying
 from hpc_ds1.requests import RunRequest
+from hpc_ds1.services.agent import jobs as agent_jobs
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.subjects import agent_run_subject
@@ -145,21 +147,35 @@ async def test_a_run_past_the_cap_is_refused_before_it_starts(
     assert not (settings.home / "device.lock").exists()  # it never got near the device
 
 
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Publish retries in fractions of a second, not the production's tens of seconds."""
+    monkeypatch.setattr(hpc_bus, "PUBLISH_RETRY_S", 0.3)
+    monkeypatch.setattr(agent_jobs, "PUBLISH_RETRY_DELAYS_S", (0.1, 0.1))
+
+
+@pytest.mark.usefixtures("quick_retries")
 async def test_a_measurement_that_cannot_be_recorded_is_answered_with_the_result(
     settings: Settings, engine: Engine, order_log: Path
 ) -> None:
     async with open_stack(settings, ("agent",), "test-agent") as stack:  # no projector
         device_id = fingerprint().device_id
         subject = agent_run_subject(settings, device_id)
+
+        async def registered() -> bool:
+            return await stack.bus.last_sequence() >= 1
+
+        await wait_until(registered, "the agent registered its device")
         await stack.bus.js.delete_stream(settings.stream)  # every publish now fails
         reply = await stack.bus.nc.request(subject, ask("test-order", 5), timeout=WAIT_S)
     answer = orjson.loads(reply.data)
     assert not answer["ok"] and answer["status"] == 503
-    assert "could not be recorded" in answer["error"] and "attempts" in answer["error"]
+    assert "could not be recorded after 3 attempts" in answer["error"]
     assert answer["result"]["status"] == "ok"  # the run itself is not lost to the caller
     assert (await asyncio.to_thread(order_log.read_text)).split() == ["5", "5"]
 
 
+@pytest.mark.usefixtures("quick_retries")
 async def test_a_failed_publish_is_retried_with_the_same_event_id(
     settings: Settings, bus: EventBus
 ) -> None:
