@@ -56,12 +56,46 @@ def test_onnx_equals_scikit_learn(
     assert distance[: len(states)].max() < 1e-3  # training states are in the training data
 
 
+def float32_tolerance(
+    model: Model, classifier: np.ndarray, delta: np.ndarray, eps_c: float, eps_d: float
+) -> np.ndarray:
+    """How far the blended probabilities may move when the classifier's probabilities move by
+    up to `eps_c` and the predicted log10 runtime differences by up to `eps_d` (what the ONNX
+    graph's float32 arithmetic costs): first-order propagation through the blend, with a
+    numerical Jacobian (central differences in float64), doubled for the second-order term."""
+
+    def blended(c: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return np.asarray(model.blend.for_state(c, d))
+
+    bound = np.zeros(len(classifier))
+    step = 1e-7
+    for j in range(len(classifier)):
+        e = np.zeros(len(classifier))
+        e[j] = step
+        grad = (blended(classifier + e, delta) - blended(classifier - e, delta)) / (2 * step)
+        bound += np.abs(grad) * eps_c
+    for j in range(len(delta)):
+        e = np.zeros(len(delta))
+        e[j] = step
+        grad = (blended(classifier, delta + e) - blended(classifier, delta - e)) / (2 * step)
+        bound += np.abs(grad) * eps_d
+    return 2.0 * bound + 1e-9
+
+
 def test_decision_follows_scikit_learn(
     trained: TrainedModel, model: Model, measurements: list[Measurement]
 ) -> None:
+    """The decision is scikit-learn's move model blended with its runtime model, up to what
+    float32 inference costs. The tolerance is not a fixed figure (abs 1e-5 failed once on a
+    model trained from other noisy runs: a sharp softmax over runtime gaps multiplies float32
+    rounding): it is the float32 error of the ONNX outputs on these very rows (their gap to
+    scikit-learn's float64, at least a few ulps), propagated through the blend's sensitivity
+    at this state. A wrong move, order or renormalisation moves probabilities by far more."""
+    eps32 = float(np.finfo(np.float32).eps)
     for state in training_states(measurements)[::7]:
         d = model.decide(state)
-        sk = trained.sklearn_outputs(model.state_features(state))[0][0]
+        features = model.state_features(state)
+        sk = trained.sklearn_outputs(features)[0][0]
         full = dict.fromkeys(ALL_ACTIONS, 0.0)
         for name, p in zip(trained.metadata["classes"], sk, strict=True):
             full[name] = float(p)
@@ -75,9 +109,18 @@ def test_decision_follows_scikit_learn(
             [model.state_features(state.model_copy(update={"config": c})) for c in configs]
         )
         runtime = trained.sklearn_outputs(X)[1]
-        expected = model.blend.for_state(classifier, runtime[1:] - runtime[0])
-        for n, p in zip(feasible, expected, strict=True):
-            assert d.alternatives[n] == pytest.approx(p, abs=1e-5)
+        delta = runtime[1:] - runtime[0]
+        expected = model.blend.for_state(classifier, delta)
+        # float32 error of each ONNX output: the larger of its measured gap to scikit-learn
+        # on these rows and a few ulps of its value, renormalised for the classifier
+        onnx_proba, onnx_runtime, _ = model.raw(np.vstack([features, X]))
+        gap_c = float(np.abs(onnx_proba[0] - sk).max())
+        gap_r = float(np.abs(onnx_runtime[1:, 0] - runtime).max())
+        eps_c = max(gap_c, 4 * eps32) / total
+        eps_d = 2 * max(gap_r, 4 * eps32 * float(np.abs(runtime).max()))
+        tolerance = float32_tolerance(model, classifier, delta, eps_c, eps_d)
+        for i, (n, p) in enumerate(zip(feasible, expected, strict=True)):
+            assert abs(d.alternatives[n] - p) <= tolerance[i], (n, d.alternatives[n], p)
         assert d.confidence == pytest.approx(max(d.alternatives.values()))
         assert math.isclose(sum(d.alternatives.values()), 1.0, rel_tol=1e-6)
 
