@@ -68,6 +68,28 @@ class EventBus:
 
     @classmethod
     async def connect(cls, settings: Settings, url: str, name: str) -> EventBus:
+        """Connect as the user named in `url` (nats://user:password@host:port), if any. Refused
+        credentials fail at once; an unreachable server is waited for, as before."""
+
+        async def quiet(_: Exception) -> None:
+            return None
+
+        try:
+            probe = await nats.connect(
+                server_list(url), allow_reconnect=False, connect_timeout=2, error_cb=quiet
+            )
+        except nats.errors.Error as error:
+            if "authorization" in str(error).lower() or "authentication" in str(error).lower():
+                server = url.split(",")[0].split("://")[-1].rsplit("@", 1)[-1]
+                raise PermissionError(
+                    f"the NATS server {server} refused the credentials of {name!r} ({error}): "
+                    "use the URL of Endpoints.nats_url_for(user), or credentials in "
+                    "HPC_DS1_NATS_URL (nats://user:password@host:port)"
+                ) from None
+        except Exception:
+            pass  # not reachable yet: the reconnecting client below waits for it
+        else:
+            await probe.close()
         nc = await nats.connect(
             server_list(url),
             name=f"hpc-ds1-{name}",
