@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from hpc_ds1.infra.nats_server import leftover_servers
 from hpc_ds1.infra.ports import free_port
 
 HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
@@ -144,15 +145,42 @@ def test_serve_uses_external_servers_when_configured(
     assert not (home / "nats").exists() and not (home / "postgres").exists()
 
 
-def test_a_second_serve_on_the_same_home_is_refused(tmp_path: Path) -> None:
+def test_a_second_serve_is_refused_and_a_killed_one_leaves_no_server_behind(
+    tmp_path: Path,
+) -> None:
     home = tmp_path / "home"
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
     first = start_serve(home, port)
     try:
-        wait_ready(f"http://127.0.0.1:{port}", first)
+        wait_ready(url, first)
+        # Where the servers listen is for the home's account only, and holds no password.
+        owner = (home / "owner.json").read_text()
+        assert (home / "owner.json").stat().st_mode & 0o777 == 0o600
+        assert home.stat().st_mode & 0o067 == 0
+        servers = json.loads((home / "credentials" / "servers.json").read_text())
+        passwords = [*servers["postgres"].values(), *servers["nats"].values()]
+        assert passwords and not any(password in owner for password in passwords)
         second = start_serve(home, free_port())
         output, _ = second.communicate(timeout=60)
         assert second.returncode == 2
         assert "is already served by process" in output
+        registered = devices_registered(url, home)
+        assert registered
     finally:
-        stop(first)
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    # After kill -9, a new serve on the home runs one nats-server on the store (the killed
+    # one's died with it or is stopped first), and every event is still there.
+    nats_config, nats_pid = home / "nats" / "nats.conf", home / "nats" / "nats.pid"
+    third = start_serve(home, port)
+    try:
+        wait_ready(url, third)
+        assert len(leftover_servers(nats_config, nats_pid)) == 1
+        events = httpx.get(
+            f"{url}/v1/events", params={"type": "device.registered"}, headers=cli_headers(home)
+        ).json()
+        assert events["events"][0]["event_id"] == registered[0]["event_id"]
+    finally:
+        stop(third)
+    assert leftover_servers(nats_config, nats_pid) == []
