@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +53,10 @@ def line_hash(prev: str, record: dict[str, Any]) -> str:
     return hashlib.sha256((prev + canonical(record)).encode()).hexdigest()
 
 
-_LONG_DIGITS = re.compile(rb"\d{20}")
+# Digits to b"0", anything else to b"x": a run of 20 digits (a number that may be past 64 bits)
+# is then a plain substring search, about ten times faster than a regular expression here.
+_DIGITS = bytes(48 if 48 <= b <= 57 else 120 for b in range(256))
+_TWENTY_DIGITS = b"0" * 20
 _U64 = 2**64
 
 
@@ -81,15 +83,11 @@ def audit_record(seq: int, subject: str, data: bytes) -> dict[str, Any]:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
         parsed = None
-    if _LONG_DIGITS.search(data) and not _exact(data):
+    if _TWENTY_DIGITS in data.translate(_DIGITS) and not _exact(data):
         parsed = None  # orjson would turn an integer past 64 bits into a float: keep the text
-    if isinstance(parsed, dict) and parsed and set(parsed) <= ENVELOPE_KEYS:
-        record = {"seq": seq, **parsed}
-        try:
-            canonical(record)
-            return record
-        except (TypeError, ValueError):
-            pass
+    if isinstance(parsed, dict) and parsed and ENVELOPE_KEYS.issuperset(parsed):
+        # What orjson parsed, orjson writes back (integers past 64 bits were kept out above).
+        return {"seq": seq, **parsed}
     return {
         "seq": seq,
         "subject": subject,
