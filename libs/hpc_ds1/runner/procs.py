@@ -24,6 +24,7 @@ EOF_MARK = None
 GUARD = str(Path(__file__).with_name("guard.py"))
 MARKER_VAR = "HPCDS1_JOB"  # every process of a job carries its marker in the environment
 POLL_S = 0.1
+GUARD_STOP_S = 5.0
 DEFAULT_DEADLINE_S = 7 * 86400.0
 
 
@@ -139,7 +140,12 @@ class Process:
     def kill(self) -> None:
         """SIGKILL the process group, then any descendant that escaped it; reap the child."""
         exited = self.popen.poll() is not None  # the guard ended: it cleaned up after the job
-        kill_tree(self.popen.pid)
+        if not exited:  # the guard kills (and reaps, as their subreaper) the job's processes
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=GUARD_STOP_S)
+        kill_tree(self.popen.pid)  # whatever is left, the guard included
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=10)
         with contextlib.suppress(OSError):
@@ -156,6 +162,20 @@ class Process:
         self.kill()
 
 
+def gone(proc: psutil.Process) -> bool:
+    """Dead, or a zombie (dead, waiting for a parent to reap it: not every init does at once)."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not all(gone(p) for p in procs) and time.monotonic() < end:
+        time.sleep(0.01)
+
+
 def kill_tree(pid: int) -> None:
     try:
         descendants = psutil.Process(pid).children(recursive=True)
@@ -166,7 +186,7 @@ def kill_tree(pid: int) -> None:
     for proc in descendants:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(descendants, timeout=5)
+    wait_gone(descendants)
 
 
 def marked(marker: str) -> list[psutil.Process]:
@@ -190,5 +210,5 @@ def kill_marked(marker: str) -> int:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(procs, timeout=5)
+    wait_gone(procs)
     return len(procs)
