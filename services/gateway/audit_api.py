@@ -15,7 +15,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
 from .auth import require
-from .schemas import ERRORS_401_403, READ_ERRORS
+from .schemas import ERRORS_401_403, READ_ERRORS, AuditPage, Stats
 
 MAX_LIMIT = 1000
 
@@ -137,7 +137,7 @@ def audit_router(settings: Settings, engine: Engine) -> APIRouter:
         workload: str | None = Query(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$"),
         device_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
         session_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
-    ) -> dict[str, Any]:
+    ) -> AuditPage:
         """Every decision the service made, with who approved it ('auto' when it ran by
         itself). Newest first, next page with `before` = `next_before`; or oldest first
         from `after`, next page with `after` = `next_after`."""
@@ -153,17 +153,19 @@ def audit_router(settings: Settings, engine: Engine) -> APIRouter:
         )
         full = len(rows) == limit
         last = rows[-1]["seq"] if rows else None
-        return {
-            "decisions": rows,
-            "next_after": last if full and after is not None else None,
-            "next_before": last if full and after is None else None,
-        }
+        return AuditPage.model_validate(
+            {
+                "decisions": rows,
+                "next_after": last if full and after is not None else None,
+                "next_before": last if full and after is None else None,
+            }
+        )
 
     @router.get("/v1/stats", responses=ERRORS_401_403)
-    async def stats(_: Reader) -> dict[str, Any]:
+    async def stats(_: Reader) -> Stats:
         """Devices online, sessions running (or paused), tasks queued or running (null until
         tasks exist), moves waiting for an engineer, and the share of logged decisions that ran
         automatically (null when none)."""
-        return await asyncio.to_thread(query_stats, engine)
+        return Stats.model_validate(await asyncio.to_thread(query_stats, engine))
 
     return router

@@ -19,7 +19,7 @@ from hpc_ds1.subjects import decide_subject
 from hpc_ds1.tokens import Principal, role_allows
 
 from .auth import authenticated
-from .schemas import E404, E409, E503, WRITE_ERRORS
+from .schemas import E404, E409, E503, WRITE_ERRORS, Decision
 
 # With telemetry the answer is one forward pass; without it the job runs first, for real.
 FORWARD_PASS_TIMEOUT_S = 10.0
@@ -72,7 +72,7 @@ def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
     @router.post("/v1/decide", responses={**WRITE_ERRORS, **E404, **E409, **E503})
     async def decide(
         body: DecideBody, who: Annotated[Principal, Depends(authenticated)]
-    ) -> dict[str, Any]:
+    ) -> Decision:
         """The model's next move for a job: choice, confidence, mode (auto / confirm /
         escalate) and the reasons it is not auto. With `telemetry` the answer is one forward
         pass and nothing runs (viewer role); without it the job is first run for real on the
@@ -90,6 +90,6 @@ def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
             telemetry=body.telemetry,
             source="api",
         )
-        return await request_decision(bus, settings, request, who.name)
+        return Decision.model_validate(await request_decision(bus, settings, request, who.name))
 
     return router

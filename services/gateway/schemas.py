@@ -46,3 +46,77 @@ E503: Responses = {503: _error("A service it needs did not answer in time.")}
 ERRORS_401_403: Responses = {**E401, **E403}
 READ_ERRORS: Responses = {**E401, **E403, **E422}
 WRITE_ERRORS: Responses = {**E400, **E401, **E403, **E413, **E422}
+
+
+class AuditRow(BaseModel):
+    seq: int
+    time: str | None
+    source: str
+    device_id: str
+    workload: str
+    size: int
+    config: dict[str, Any]
+    choice: str
+    confidence: float
+    mode: str
+    actor: str
+    approved: str | None = Field(description="Who approved it, 'auto', or the approval status.")
+    approval: str | None
+    decision_id: str
+    session_id: str | None
+    model_version: str | None
+    reasons: list[Any]
+
+
+class AuditPage(BaseModel):
+    decisions: list[AuditRow]
+    next_after: int | None
+    next_before: int | None
+
+
+class Stats(BaseModel):
+    devices_online: int
+    sessions_running: int
+    tasks_running: int | None
+    moves_waiting: int
+    decisions_total: int
+    decisions_auto: int
+    auto_share: float | None
+
+
+class Decision(BaseModel):
+    """The model's next move; extra fields (alternatives, ...) may follow."""
+
+    model_config = ConfigDict(extra="allow")
+
+    decision_id: str
+    device_id: str
+    source: str
+    workload: str
+    size: int
+    config: dict[str, Any]
+    choice: str
+    confidence: float
+    mode: str
+    reasons: list[str]
+    model_version: str | None = None
+    session_id: str | None = None
+    telemetry: dict[str, Any] | None = None
+    ran: bool
+    actor: str
+
+
+class Approvals(BaseModel):
+    approvals: list[dict[str, Any]]
+
+
+class Sessions(BaseModel):
+    sessions: list[dict[str, Any]]
+
+
+class SessionStartedOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    session_id: str
+    device_id: str
+    start: dict[str, Any]

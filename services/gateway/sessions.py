@@ -23,7 +23,16 @@ from hpc_ds1.tokens import Principal
 
 from .auth import require
 from .decide import service_error, service_status
-from .schemas import E404, E409, E503, READ_ERRORS, WRITE_ERRORS
+from .schemas import (
+    E404,
+    E409,
+    E503,
+    READ_ERRORS,
+    WRITE_ERRORS,
+    Approvals,
+    Sessions,
+    SessionStartedOut,
+)
 
 # Starting a session is a few database reads and one append: it answers in well under this.
 START_TIMEOUT_S = 10.0
@@ -47,12 +56,12 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
     router = APIRouter(tags=["sessions"])
 
     @router.get("/v1/approvals", responses=READ_ERRORS)
-    async def waiting_approvals(_: Viewer) -> dict[str, Any]:
+    async def waiting_approvals(_: Viewer) -> Approvals:
         """Moves waiting for an engineer: from which device, job and config, the suggested
         move, its confidence and why it is here."""
         t = tables.approvals
         query = select(t).where(t.c.status == "waiting").order_by(t.c.seq)
-        return {"approvals": await asyncio.to_thread(_rows, engine, query)}
+        return Approvals(approvals=await asyncio.to_thread(_rows, engine, query))
 
     @router.post("/v1/approvals/{approval_id}", responses={**WRITE_ERRORS, **E404, **E409, **E503})
     async def decide(
@@ -86,12 +95,12 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
             None, description="running, paused or finished"
         ),
         limit: int = Query(100, ge=1, le=1000),
-    ) -> dict[str, Any]:
+    ) -> Sessions:
         t = tables.sessions
         query = select(t).order_by(t.c.started_at.desc()).limit(limit)
         if status:
             query = query.where(t.c.status == status)
-        return {"sessions": await asyncio.to_thread(_rows, engine, query)}
+        return Sessions(sessions=await asyncio.to_thread(_rows, engine, query))
 
     @router.get("/v1/sessions/{session_id}", responses={**READ_ERRORS, **E404})
     async def one_session(session_id: SafePathId, _: Viewer) -> dict[str, Any]:
@@ -114,7 +123,7 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
     @router.post(
         "/v1/sessions", status_code=201, responses={**WRITE_ERRORS, **E404, **E409, **E503}
     )
-    async def start_session(body: StartSessionRequest, who: Engineer) -> dict[str, Any]:
+    async def start_session(body: StartSessionRequest, who: Engineer) -> SessionStartedOut:
         """Start a tuning session on a device (engineer role): every step runs for real. A
         session id already in use is 409."""
         try:
@@ -131,6 +140,6 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
         answer: dict[str, Any] = orjson.loads(reply.data)
         if not answer.get("ok"):
             raise HTTPException(service_status(answer), service_error(answer))
-        return {k: v for k, v in answer.items() if k != "ok"}
+        return SessionStartedOut.model_validate({k: v for k, v in answer.items() if k != "ok"})
 
     return router

@@ -81,6 +81,23 @@ def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
         # On loopback too, nothing without a credential.
         assert httpx.get(f"{url}/v1/events").status_code == 401
         assert (home / "credentials" / "cli.token").stat().st_mode & 0o777 == 0o600
+        # The CLI of the same home sends the home's token by itself: the server answers for the
+        # job (no model yet: 409), not 401.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+        decide = subprocess.run(
+            [
+                HPC_DS1,
+                "decide",
+                *"--workload gemm --size 64 --ranks 1 --threads 1".split(),
+                "--runtime-s",
+                "0.01",
+            ],
+            env={**env, "HPC_DS1_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert decide.returncode != 0 and "answered 409" in decide.stderr, decide.stderr
         owner = json.loads((home / "owner.json").read_text())
         assert not owner["nats_url"].endswith(":4222")
     finally:

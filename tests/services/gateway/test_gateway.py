@@ -426,7 +426,12 @@ async def test_a_session_id_in_use_is_409_at_once(
             answer = {"ok": False, "status": 409, "error": f"session {body['session_id']} exists"}
         else:
             started.add(body["session_id"])
-            answer = {"ok": True, "session_id": body["session_id"], "device_id": "d1"}
+            answer = {
+                "ok": True,
+                "session_id": body["session_id"],
+                "device_id": "d1",
+                "start": {"ranks": 1, "threads": 1, "tile": 32, "gpu": False},
+            }
         await msg.respond(orjson.dumps(answer))
 
     sub = await bus.nc.subscribe(start_session_subject(settings), cb=coordinator)
