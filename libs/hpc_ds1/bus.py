@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats
 from nats.aio.client import Client
@@ -21,7 +22,13 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
+from nats.js.errors import (
+    APIError,
+    BadRequestError,
+    NoStreamResponseError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 
 from .events import Envelope, MalformedEvent, decode
 from .log import get_logger
@@ -47,6 +54,7 @@ class RawEvent:
 
 
 Handler = Callable[[Envelope, int], Awaitable[None]]
+T = TypeVar("T")
 
 
 def server_list(url: str) -> list[str]:
@@ -193,8 +201,21 @@ class EventBus:
             return 0
         return int(msg.seq or 0)
 
+    async def _until_answered(self, call: Callable[[], Awaitable[T]]) -> T:
+        """A JetStream API call sent again while it gets no answer (a cluster electing a
+        leader after a node died), for up to PUBLISH_RETRY_S."""
+        deadline = asyncio.get_running_loop().time() + PUBLISH_RETRY_S
+        while True:
+            try:
+                return await call()
+            except (NatsTimeout, NoStreamResponseError, ServiceUnavailableError) as error:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                log.warning("jetstream_retry", stream=self.stream, error=repr(error))
+                await asyncio.sleep(0.25)
+
     async def last_sequence(self) -> int:
-        info = await self.js.stream_info(self.stream)
+        info = await self._until_answered(lambda: self.js.stream_info(self.stream))
         return int(info.state.last_seq)
 
     async def replay(
@@ -208,17 +229,19 @@ class EventBus:
         stop_at = await self.last_sequence() if stop_at is None else stop_at
         if stop_at < start_seq:
             return
-        sub = await self.js.pull_subscribe(
-            filter_subject or f"{self.prefix}.>",
-            durable=None,
-            stream=self.stream,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=start_seq,
-                ack_policy=AckPolicy.NONE,
-                inactive_threshold=30.0,
-                mem_storage=True,
-            ),
+        sub = await self._until_answered(
+            lambda: self.js.pull_subscribe(
+                filter_subject or f"{self.prefix}.>",
+                durable=None,
+                stream=self.stream,
+                config=ConsumerConfig(
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=start_seq,
+                    ack_policy=AckPolicy.NONE,
+                    inactive_threshold=30.0,
+                    mem_storage=True,
+                ),
+            )
         )
         try:
             while True:
