@@ -115,7 +115,8 @@ class LocalCluster:
         raise KeyError(f"no node {name!r}; the nodes are {[n.name for n in self.nodes]}")
 
     def start(self, timeout: float = 30.0) -> str:
-        """Start every node and wait until JetStream answers (a meta leader is elected)."""
+        """Start every node and wait until JetStream answers (a meta leader is elected).
+        Blocking: from async code, `await asyncio.to_thread(cluster.start)`."""
         try:
             for node in self.nodes:
                 self.start_node(node.name, timeout)
