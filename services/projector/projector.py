@@ -214,6 +214,8 @@ class Projector:
         try:
             while not stop.is_set():
                 events = await fetching
+                if stop.is_set() and not events:
+                    break
                 fetching = asyncio.create_task(self._fetch(sub))
                 if not events:
                     # Caught up with all the log delivers (a message deleted at its end is
@@ -237,7 +239,9 @@ class Projector:
                     set_aside=result.set_aside,
                     ms=round((time.perf_counter() - started) * 1000, 2),
                 )
-                await self._maybe_anchor()
+                # Anchors come when the projector is idle (caught up); under a load that never
+                # lets it idle, once five intervals have gone by.
+                await self._maybe_anchor(overdue=5.0)
         finally:
             fetching.cancel()
             await asyncio.gather(fetching, return_exceptions=True)
@@ -251,9 +255,9 @@ class Projector:
             return []
         return [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
 
-    async def _maybe_anchor(self) -> None:
+    async def _maybe_anchor(self, overdue: float = 1.0) -> None:
         """Anchor in the background (the fold never waits on it), one at a time."""
-        due = time.monotonic() - self._anchored_at >= self.anchor_every_s
+        due = time.monotonic() - self._anchored_at >= self.anchor_every_s * overdue
         if self._unanchored and due and (self._anchoring is None or self._anchoring.done()):
             self._anchoring = asyncio.create_task(self.anchor())
 
