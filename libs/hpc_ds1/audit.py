@@ -85,7 +85,11 @@ def audit_record(seq: int, subject: str, data: bytes) -> dict[str, Any]:
         parsed = None
     if _TWENTY_DIGITS in data.translate(_DIGITS) and not _exact(data):
         parsed = None  # orjson would turn an integer past 64 bits into a float: keep the text
-    if isinstance(parsed, dict) and parsed and ENVELOPE_KEYS.issuperset(parsed):
+    if (
+        isinstance(parsed, dict)
+        and ENVELOPE_KEYS.issuperset(parsed)
+        and parsed.get("subject") == subject  # else the line would show a subject it never had
+    ):
         # What orjson parsed, orjson writes back (integers past 64 bits were kept out above).
         return {"seq": seq, **parsed}
     return {

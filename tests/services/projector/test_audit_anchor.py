@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from hpc_ds1.audit import AuditFile, LogChain, verify, verify_against_log
+from hpc_ds1.audit import AuditFile, LogChain, audit_record, verify, verify_against_log
 from hpc_ds1.bus import EventBus
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
@@ -136,3 +136,28 @@ async def test_a_file_behind_a_rebuild_is_filled_from_the_log(
         await task
     assert [x["seq"] for x in records(path)] == list(range(1, last + 1))
     assert verify_against_log(path, await log_chain(bus), projected_to=last).intact
+
+
+def test_a_message_cannot_bring_its_own_seq_prev_or_hash_into_the_chain(tmp_path: Path) -> None:
+    forged = b'{"seq": 99999999, "prev": "0", "hash": "f", "type": "x"}'
+    record = audit_record(3, "p.junk.a.x", forged)
+    assert record == {
+        "seq": 3,
+        "subject": "p.junk.a.x",
+        "malformed": True,
+        "raw": forged.decode(),
+    }
+    claimed = b'{"id": "a", "subject": "p.device.a.registered", "data": {}}'
+    assert audit_record(4, "p.device.b.registered", claimed)["malformed"] is True
+    big = b'{"id": "a", "subject": "s", "data": {"size": 100000000000000000000}}'
+    assert audit_record(5, "s", big)["raw"] == big.decode()
+    fits = b'{"id": "12345678901234567890123", "subject": "s", "data": {"n": 18446744073709551615}}'
+    assert audit_record(6, "s", fits) == {
+        "seq": 6,
+        "id": "12345678901234567890123",
+        "subject": "s",
+        "data": {"n": 2**64 - 1},
+    }
+    audit = AuditFile(tmp_path / "a.jsonl")
+    audit.append([audit_record(1, "p.junk.a.x", forged), record])
+    assert audit.last_seq == 3 and verify(tmp_path / "a.jsonl").intact
