@@ -11,9 +11,9 @@ from hpc_ds1.events import DeviceRegistered, envelope
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.subjects import agent_run_subject
 
-from .jobs import JobRunner
+from .jobs import JobRunner, sweep_leftovers
 
-__all__ = ["JobRunner", "run"]
+__all__ = ["JobRunner", "run", "sweep_leftovers"]
 
 
 async def run(ctx: ServiceContext) -> None:
@@ -27,6 +27,8 @@ async def run(ctx: ServiceContext) -> None:
         local=True,
     )
     ctx.facts["device_id"] = hardware.device_id
+    # A job left running by a previous process of this home (killed with its guard) dies now.
+    await asyncio.to_thread(sweep_leftovers, ctx.settings.home)
     jobs = JobRunner(ctx, hardware.device_id)
     ctx.facts["queued_runs"] = jobs.queued
     jobs.start()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,6 +48,13 @@ class Queued:
 
     checked: asyncio.Future[Checked | None]  # None: refused, and answered already
     reply: asyncio.Future[dict[str, Any]]
+
+
+def sweep_leftovers(home: Path) -> None:
+    """Take the device lock for a moment if it is free: whoever takes it kills the processes of
+    a job left on record there (its runner and guard died); if it is busy, the holder runs."""
+    with contextlib.suppress(TimeoutError), device_lock(home, timeout=0):
+        pass
 
 
 def _error(status: int, message: str, **extra: Any) -> dict[str, Any]:

@@ -29,7 +29,9 @@ from hpc_ds1.events import MeasurementRecorded, envelope
 from hpc_ds1.hardware import fingerprint
 from hpc_ds1.measure import publish_retrying
 from hpc_ds1.requests import RunRequest
+from hpc_ds1.runner.procs import MARKER_VAR
 from hpc_ds1.services.agent import jobs as agent_jobs
+from hpc_ds1.services.agent.jobs import sweep_leftovers
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.subjects import agent_run_subject
@@ -261,3 +263,22 @@ async def test_sigterm_kills_the_running_job_and_the_agent_exits(
         for p in job:
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+def test_an_agent_starting_kills_a_job_left_on_record(tmp_path: Path) -> None:
+    """A job whose runner and guard both died is on record in the lock file: the agent's start
+    kills it; while the device is held by someone, nothing is touched."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, MARKER_VAR: "left-behind"}
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], env=env)
+    try:
+        with device_lock(home):  # its holder's record, then the holder dies
+            (home / "device.lock").write_text("left-behind")
+            sweep_leftovers(home)  # busy: returns at once
+            assert orphan.poll() is None
+        sweep_leftovers(home)
+        assert orphan.wait(WAIT_S) == -signal.SIGKILL
+        assert (home / "device.lock").read_text() == ""
+    finally:
+        orphan.kill()
