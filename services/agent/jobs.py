@@ -134,7 +134,11 @@ class JobRunner:
             # A decision starts from the user's own configuration, which may oversubscribe.
             space = space.runnable()
         wl, size = validate(request.workload, request.size, config, space)
-        measured = load_measured(self.ctx.engine, self.device_id, wl.name)
+        try:
+            measured = load_measured(self.ctx.engine, self.device_id, wl.name)
+        except Exception as error:  # no estimate then: the run's timeout still caps it
+            log.warning("no_runtime_estimate", error=repr(error))
+            measured = []
         estimate = from_measurements(wl, size, config, measured, request.repeats)
         check_cap(estimate, self.ctx.settings.max_run_s, wl.name, size)
         return space
