@@ -268,7 +268,12 @@ class DecisionService:
         from hpc_ds1.workloads import get_workload
 
         workload = get_workload(request.workload)
-        measured = await asyncio.to_thread(load_measured, self.ctx.engine, device_id, workload.name)
+        engine = self.ctx.engine
+        try:
+            measured = await asyncio.to_thread(load_measured, engine, device_id, workload.name)
+        except Exception as error:  # the model's estimate then
+            log.warning("no_measured_basis", error=repr(error))
+            measured = []
         found = from_measurements(workload, request.size, config, measured, RUN_REPEATS)
         if found is None:
             with contextlib.suppress(Exception):  # a model that cannot say gives no estimate
