@@ -177,3 +177,18 @@ async def test_the_status_reply_carries_the_projectors_health(
         "healthy": True,
         "problem": None,
     }
+
+
+async def test_projection_rebuild_sets_poison_aside_and_says_so(
+    settings: Settings, engine: Engine, bus: EventBus
+) -> None:
+    from tests.cli.test_token_audit_cli import hpc
+
+    await bus.publish(measurement(bus, 0))
+    await bus.publish(wrap(bus, too_big(bus)))
+    last = await bus.publish(measurement(bus, 1))
+    done = await hpc(settings, "projection", "rebuild")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"rebuilt the projection from {last} events" in done.stdout
+    assert "1 event(s) set aside" in done.stdout and "projection_set_aside" in done.stdout
+    assert checkpoint(engine) == last and count(engine, tables.measurements) == 2
