@@ -219,6 +219,7 @@ class EmbeddedNats:
         _write_private(self.config_path, text)
         log_fd = os.open(self.directory / "nats.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
+            os.fchmod(log_fd, 0o600)  # also a log from before it was kept private
             self._process = subprocess.Popen(
                 [str(nats_server_binary()), "-c", str(self.config_path)],
                 stdout=log_fd,
