@@ -9,8 +9,11 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -257,3 +260,42 @@ async def test_each_service_user_can_do_its_job_and_no_more(
             await decision.close()
     finally:
         await cli.close()
+
+
+def test_a_service_started_alone_attaches_with_its_own_credentials(
+    owned: tuple[Settings, Endpoints],
+) -> None:
+    """`hpc-ds1 service NAME` on a served home connects as NAME with the home's credentials."""
+    settings, ends = owned
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+    env.update(HPC_DS1_HOME=str(settings.home), HPC_DS1_LOG_JSON="true")
+    service = subprocess.Popen(
+        [str(Path(sys.executable).parent / "hpc-ds1"), "service", "placement"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    async def status() -> dict[str, object]:
+        cli = await EventBus.connect(settings, ends.nats_url_for("cli"), "test")
+        try:
+            for _ in range(1200):
+                assert service.poll() is None, service.communicate()[0]
+                with contextlib.suppress(NoRespondersError, NatsTimeout):
+                    reply = await cli.nc.request(
+                        status_subject(settings, "placement"), b"", timeout=1.0
+                    )
+                    return dict(json.loads(reply.data))
+                await asyncio.sleep(0.05)
+            raise AssertionError("the placement service never answered")
+        finally:
+            await cli.close()
+
+    try:
+        assert asyncio.run(status())["service"] == "placement"
+    finally:
+        service.send_signal(signal.SIGTERM)
+        output, _ = service.communicate(timeout=60)
+    assert service.returncode == 0, output
+    assert "Authorization Violation" not in output
