@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, tables
-from hpc_ds1.events import DeviceRegistered, envelope
+from hpc_ds1.events import AuditCheckpoint, DeviceRegistered, envelope
 from hpc_ds1.infra.home import Endpoints, own_home
 from hpc_ds1.infra.postgres import hba_methods
 from hpc_ds1.infra.secrets import load_credentials, secrets_dir
@@ -223,6 +223,17 @@ async def test_each_service_user_can_do_its_job_and_no_more(
             finally:
                 await reader.close()
         assert await cli.last_sequence() == before
+        # The projector's one right on the log: its audit anchors.
+        projector = await EventBus.connect(settings, ends.nats_url_for("projector"), "test")
+        try:
+            anchor = AuditCheckpoint(seq=before, hash="0" * 64, lines=0)
+            anchor_env = envelope(
+                anchor, actor="projector", source="projector", prefix=settings.subject_prefix
+            )
+            assert await projector.publish(anchor_env) == before + 1
+        finally:
+            await projector.close()
+        before += 1
 
         agent = await EventBus.connect(settings, ends.nats_url_for("agent"), "test")
         try:

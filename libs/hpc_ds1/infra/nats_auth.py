@@ -39,6 +39,9 @@ def service_user(settings: Settings, name: str, password: str) -> NatsUser:
     ]
     if name in LOG_WRITERS:
         publish.append(f"{prefix}.>")
+    elif name == "projector":
+        # its audit anchors (head hash and sequence), and nothing else of the log
+        publish.append(f"{prefix}.audit.*.checkpoint")
     if name in OBJECT_WRITERS:
         publish.append("$O.>")
     return NatsUser(
