@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, HTTPException
+from nats.errors import NoRespondersError
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.requests import DecideBody, DecideRequest
@@ -22,7 +23,7 @@ from .auth import authenticated
 from .schemas import E404, E409, E503, WRITE_ERRORS, Decision
 
 # With telemetry the answer is one forward pass; without it the job runs first, for real.
-FORWARD_PASS_TIMEOUT_S = 10.0
+FORWARD_PASS_TIMEOUT_S = 30.0  # the first decision of a service loads the model
 REAL_RUN_TIMEOUT_S = 900.0
 
 
@@ -55,6 +56,8 @@ async def request_decision(
             timeout=timeout,
             headers={"Hpc-Actor": actor},
         )
+    except NoRespondersError:
+        raise HTTPException(503, "the decision service is not running") from None
     except Exception:
         raise HTTPException(
             503, f"the decision service did not answer within {timeout:g} s"

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from nats.errors import NoRespondersError
 from sqlalchemy import Engine, select
 
 from hpc_ds1.approvals import ApprovalError, decide_approval
@@ -133,6 +134,8 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
                 timeout=START_TIMEOUT_S,
                 headers={"Hpc-Actor": who.name},
             )
+        except NoRespondersError:
+            raise HTTPException(503, "the coordinator is not running") from None
         except Exception:
             raise HTTPException(
                 503, f"the coordinator did not answer within {START_TIMEOUT_S:g} s"
