@@ -20,10 +20,11 @@ import orjson
 import psutil
 import pytest
 from nats.errors import NoRespondersError
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
 from hpc_ds1 import bus as hpc_bus
 from hpc_ds1.bus import EventBus
+from hpc_ds1.db import tables
 from hpc_ds1.devicelock import device_lock
 from hpc_ds1.events import MeasurementRecorded, envelope
 from hpc_ds1.hardware import fingerprint
@@ -110,7 +111,9 @@ async def test_requests_are_answered_while_a_run_holds_the_device_and_run_in_ord
 
 async def test_an_oserror_is_answered(agent: tuple[Stack, str], settings: Settings) -> None:
     stack, device_id = agent
-    (settings.home / "device.lock").mkdir(parents=True)  # opening the lock fails: an OSError
+    lock = settings.home / "device.lock"
+    lock.unlink(missing_ok=True)
+    lock.mkdir(parents=True)  # opening the lock fails: an OSError
     reply = await stack.bus.nc.request(
         agent_run_subject(settings, device_id), ask("montecarlo", 10_000, MONTECARLO), timeout=30
     )
@@ -119,8 +122,13 @@ async def test_an_oserror_is_answered(agent: tuple[Stack, str], settings: Settin
     assert "IsADirectoryError" in answer["error"]
 
 
+def measurements(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(tables.measurements)).scalar_one())
+
+
 async def test_a_run_past_the_cap_is_refused_before_it_starts(
-    agent: tuple[Stack, str], settings: Settings, tmp_path: Path
+    agent: tuple[Stack, str], settings: Settings, engine: Engine
 ) -> None:
     stack, device_id = agent
     measured = MeasurementRecorded(
@@ -146,7 +154,8 @@ async def test_a_run_past_the_cap_is_refused_before_it_starts(
     assert not answer["ok"] and answer["status"] == 422
     error = answer["error"]
     assert "HPC_DS1_MAX_RUN_S" in error and "size 1000000" in error and "declared work" in error
-    assert not (settings.home / "device.lock").exists()  # it never got near the device
+    await stack.caught_up()
+    assert await asyncio.to_thread(measurements, engine) == 1  # the basis only: nothing ran
 
 
 @pytest.fixture
