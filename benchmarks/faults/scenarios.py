@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import orjson
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from sqlalchemy import select
 
 from hpc_ds1.bus import EventBus
@@ -437,6 +439,17 @@ def lock_free(home: Path) -> bool:
     return True
 
 
+async def _ask_agent(bus: EventBus, subject: str, request: RunRequest) -> Msg:
+    """Request a run; an agent that answers its status but does not listen yet (it is still
+    sweeping a job its killed predecessor left) is waited for, as the coordinator does."""
+    for _ in range(600):
+        try:
+            return await bus.nc.request(subject, request.model_dump_json().encode(), timeout=120)
+        except NoRespondersError:
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"no agent listened on {subject} for 60 s")
+
+
 async def agent(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -> Outcome:
     out = Outcome("agent", "kill -9 the agent while its job's ranks run")
     settings = cluster.settings("ag")
@@ -457,11 +470,7 @@ async def agent(cluster: Cluster, load: Load, repeat: int, rng: random.Random) -
                 actor="faults",
             )
             caller = asyncio.create_task(
-                bus.nc.request(
-                    agent_run_subject(settings, facts["device_id"]),
-                    request.model_dump_json().encode(),
-                    timeout=120,
-                )
+                _ask_agent(bus, agent_run_subject(settings, facts["device_id"]), request)
             )
             deadline = time.monotonic() + 120
             ranks: list[object] = []
