@@ -104,6 +104,10 @@ class EventBus:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             drain_timeout=5,
+            # A link that dies silently (no FIN) is found by missed pings: ~30 s, not the
+            # client default's ~4 min, before the client reconnects elsewhere.
+            ping_interval=10,
+            max_outstanding_pings=3,
         )
         bus = cls(nc, settings)
         await bus.ensure_streams()
