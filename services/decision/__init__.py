@@ -3,6 +3,8 @@ guard; every decision becomes an event in the log."""
 
 from __future__ import annotations
 
+import asyncio
+
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.subjects import decide_subject
 
@@ -11,7 +13,15 @@ from .service import DecisionError, DecisionService
 __all__ = ["DecisionError", "DecisionService", "run"]
 
 
+def _warm_up() -> None:
+    """Import the model stack (onnxruntime, numpy, the workloads) before answering: the first
+    decision after a start then costs a forward pass, not seconds of imports."""
+    import hpc_ds1.model
+    import hpc_ds1.workloads  # noqa: F401
+
+
 async def run(ctx: ServiceContext) -> None:
+    await asyncio.to_thread(_warm_up)
     service = DecisionService(ctx)
     subs = [
         await ctx.bus.nc.subscribe(decide_subject(ctx.settings), cb=service.handle),
