@@ -7,8 +7,8 @@ import pytest
 
 from hpc_ds1.tokens import (
     HOLDER_PATTERN,
-    TOKEN_PATTERN,
     ROLES,
+    TOKEN_PATTERN,
     Principal,
     new_token,
     new_token_id,
