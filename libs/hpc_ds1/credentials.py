@@ -74,34 +74,33 @@ def owner_name() -> str:
     return name if HOLDER_PATTERN.match(name) else "owner"
 
 
-def _write_new(path: Path, text: str) -> bool:
-    """Create `path` (0600) holding `text` unless it exists: False when it already did."""
+def _private_copy(path: Path, text: str) -> Path:
+    """A new 0600 file beside `path` holding `text`, on disk: to be linked or renamed."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return tmp
+
+
+def _write_new(path: Path, text: str) -> bool:
+    """Create `path` (0600) holding `text` unless it exists: False when it already did."""
+    tmp = _private_copy(path, text)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)  # atomic: fails when another process created it first
-        except FileExistsError:
-            return False
-        return True
+        os.link(tmp, path)  # atomic: fails when another process created it first
+    except FileExistsError:
+        return False
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        tmp.unlink()
+    return True
 
 
 def _replace(path: Path, text: str) -> None:
     """Write `path` (0600) holding `text`, replacing it atomically."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    tmp = _private_copy(path, text)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -92,6 +92,8 @@ class DecisionService:
         self._devices: dict[str | None, tuple[float, tuple[str, Fingerprint]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs_waiting = 0
+        # Set by run(): the model stack's imports in a thread; answers wait for it off the loop.
+        self.warmed: asyncio.Future[None] | None = None
 
     async def forget_models(self, msg: Any) -> None:
         self._models.clear()
@@ -112,6 +114,8 @@ class DecisionService:
     async def _answer(self, msg: Any) -> None:
         actor = (msg.headers or {}).get("Hpc-Actor", "anonymous")
         try:
+            if self.warmed is not None:
+                await asyncio.shield(self.warmed)
             request = DecideRequest.model_validate_json(msg.data)
             body = await self.decide(request, actor)
             reply: dict[str, Any] = {"ok": True, "decision": body}
