@@ -59,10 +59,20 @@ def _result(args: argparse.Namespace) -> Any:
         raise UsageError(f"--repeats must be >= 1, not {args.repeats}")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {args.timeout}")
+    from hpc_ds1.devicelock import device_lock
+    from hpc_ds1.settings import Settings
+
     try:
-        return run(
-            workload, args.size, config, repeats=args.repeats, timeout_s=args.timeout, space=space
-        )
+        # One job at a time on this machine: a run queues behind a served job or a setup.
+        with device_lock(Settings().home):
+            return run(
+                workload,
+                args.size,
+                config,
+                repeats=args.repeats,
+                timeout_s=args.timeout,
+                space=space,
+            )
     except InvalidJob as error:
         raise UsageError(str(error)) from None
 
