@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -42,33 +40,7 @@ from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.models_store import bucket_name, models_bucket, save_local
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import open_stack
-
-HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
-
-
-def cli_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
-    assert settings.nats_url and settings.database_url
-    env.update(
-        HPC_DS1_NATS_URL=settings.nats_url,
-        HPC_DS1_DATABASE_URL=settings.database_url,
-        HPC_DS1_STREAM=settings.stream,
-        HPC_DS1_SUBJECT_PREFIX=settings.subject_prefix,
-        HPC_DS1_HOME=str(settings.home),
-        HPC_DS1_LOG_JSON="true",
-    )
-    return env
-
-
-async def hpc(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [HPC_DS1, *args],
-        env=cli_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.commands import cli_env, hpc
 
 
 def story(prefix: str) -> list[Envelope]:

@@ -7,12 +7,10 @@ import os
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 from hpc_ds1.credentials import consume_login_token
-
-HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
+from tests.commands import HPC_DS1
 
 
 def login(home: Path) -> subprocess.CompletedProcess[str]:

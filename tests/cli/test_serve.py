@@ -14,8 +14,7 @@ import httpx
 
 from hpc_ds1.infra.nats_server import leftover_servers
 from hpc_ds1.infra.ports import free_port
-
-HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
+from tests.commands import HPC_DS1
 
 
 def start_serve(home: Path, port: int, **extra: str) -> subprocess.Popen[str]:

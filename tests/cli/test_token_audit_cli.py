@@ -3,13 +3,8 @@ subprocess, against this test's NATS stream and Postgres database."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 from sqlalchemy import Engine, select
 
@@ -18,33 +13,7 @@ from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import token_hash
-
-HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
-
-
-def cli_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
-    assert settings.nats_url and settings.database_url
-    env.update(
-        HPC_DS1_NATS_URL=settings.nats_url,
-        HPC_DS1_DATABASE_URL=settings.database_url,
-        HPC_DS1_STREAM=settings.stream,
-        HPC_DS1_SUBJECT_PREFIX=settings.subject_prefix,
-        HPC_DS1_HOME=str(settings.home),
-        HPC_DS1_LOG_JSON="true",
-    )
-    return env
-
-
-async def hpc(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [HPC_DS1, *args],
-        env=cli_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.commands import hpc
 
 
 def token_rows(engine: Engine) -> list[dict[str, object]]:

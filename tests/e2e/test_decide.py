@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
-from pathlib import Path
 
 import httpx
 import orjson
@@ -22,10 +20,10 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.stack import open_stack
 from hpc_ds1.subjects import decide_subject
+from tests.commands import HPC_DS1
 
 from .tokens import bearer, grant
 
-HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
 SERVICES = ("projector", "agent", "decision", "gateway")
 
 

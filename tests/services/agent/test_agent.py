@@ -37,8 +37,8 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.subjects import agent_run_subject
 from hpc_ds1.workloads import command_workload, get_workload, register, unregister
+from tests.commands import HPC_DS1
 
-HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")
 WAIT_S = 90.0
 ONE_RANK = {"ranks": 1, "threads": 1, "tile": 1}
 MONTECARLO = {**ONE_RANK, "tile": get_workload("montecarlo").default_tile}
