@@ -53,6 +53,27 @@ class Settings(BaseSettings):
         description="Wall-time cap of one real run (s): its timeout; a longer expected run is "
         "refused before it starts.",
     )
+    heartbeat_interval_s: float = Field(
+        default=5.0, gt=0, le=300, description="How often an agent says it is alive."
+    )
+    offline_after_s: float = Field(
+        default=20.0,
+        gt=0,
+        le=3600,
+        description="A device silent this long is offline: its tasks are placed again.",
+    )
+    long_poll_s: float = Field(
+        default=25.0, gt=0, le=300, description="How long an agent's poll for work is held open."
+    )
+    max_task_attempts: int = Field(
+        default=3, ge=1, le=20, description="Devices a task may fail on before it fails."
+    )
+    max_model_bytes: int = Field(
+        default=64 << 20,
+        ge=1 << 20,
+        le=1 << 30,
+        description="Largest ONNX model an agent may upload (413 beyond it).",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
 
@@ -75,6 +96,21 @@ class Settings(BaseSettings):
     @property
     def dead_letter_prefix(self) -> str:
         return f"{self.subject_prefix}-dlq"
+
+    @property
+    def work_stream(self) -> str:
+        """Per-device task queues: one subject per device, consumed by its agent (or the
+        gateway on a remote agent's behalf). Operational, not the audit trail."""
+        return f"{self.stream}_WORK"
+
+    @property
+    def work_prefix(self) -> str:
+        return f"{self.subject_prefix}-work"
+
+    @property
+    def liveness_bucket(self) -> str:
+        """KV bucket of device heartbeats (TTL offline_after_s), out of the audit stream."""
+        return f"{self.stream}_LIVENESS"
 
     @property
     def audit_path(self) -> Path:

@@ -27,3 +27,13 @@ def decide_subject(settings: Settings) -> str:
 
 def start_session_subject(settings: Settings) -> str:
     return f"{_svc(settings)}.coordinator.start_session"
+
+
+def work_subject(settings: Settings, device_id: str) -> str:
+    """The device's task queue in the work stream (settings.work_stream)."""
+    return f"{settings.work_prefix}.{device_id}"
+
+
+def placement_subject(settings: Settings) -> str:
+    """Ask placement for every device's expected finish of a job (request/reply, no event)."""
+    return f"{_svc(settings)}.placement.estimate"

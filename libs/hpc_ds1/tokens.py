@@ -17,7 +17,7 @@ from sqlalchemy import Engine, select
 from .db import tables
 
 TOKEN_PREFIX: Final = "hds1_"
-ROLES: Final[tuple[str, ...]] = ("viewer", "engineer", "admin", "agent")
+ROLES: Final[tuple[str, ...]] = ("viewer", "engineer", "admin", "agent", "join")
 PERSON_ROLES: Final[tuple[str, ...]] = ("viewer", "engineer", "admin")
 _RANK: Final[dict[str, int]] = {"viewer": 1, "engineer": 2, "admin": 3}
 HOLDER_PATTERN: Final = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")

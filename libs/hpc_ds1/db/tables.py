@@ -73,6 +73,43 @@ devices = Table(
     Column("registered_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("seq", BigInteger, nullable=False),
+    Column("draining", Boolean, nullable=False, server_default="false"),
+    Column("liveness", Text, doc="online or offline, from device.status_changed; NULL: never"),
+    Column("liveness_reason", Text),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("task_id", Text, primary_key=True),
+    Column("workload", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("submitted_by", Text, nullable=False),
+    Column(
+        "status",
+        Text,
+        nullable=False,
+        index=True,
+        doc="submitted, waiting, placed, running, finished or failed",
+    ),
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("device_id", Text, index=True, doc="The device of the current attempt."),
+    Column("config", JSONB),
+    Column("expected_s", Float),
+    Column("queue_s", Float),
+    Column("basis", Text),
+    Column("reason", Text, doc="Why placement chose the device (or what the task waits for)."),
+    Column("runner_up", Text),
+    Column("placement", JSONB, doc="The last task.placed event's data, candidates included."),
+    Column("runtime_s", Float),
+    Column("measurement_id", Text),
+    Column("failures", JSONB, nullable=False, doc="Each abandoned attempt's reason, in order."),
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("placed_at", DateTime(timezone=True)),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
 )
 
 measurements = Table(

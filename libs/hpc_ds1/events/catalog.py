@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Event
 
@@ -262,7 +262,7 @@ class TokenCreated(Event):
 
     token_id: str
     holder: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$", description="A person or agent.")
-    role: Literal["viewer", "engineer", "admin", "agent"]
+    role: Literal["viewer", "engineer", "admin", "agent", "join"]
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
@@ -289,6 +289,156 @@ class AuditCheckpoint(Event):
     lines: int = Field(ge=0, description="How many lines the file held.")
 
 
+class DeviceDraining(Event):
+    """A device stops (draining=True) or resumes taking new tasks; what it runs finishes."""
+
+    aggregate = "device"
+    name = "draining"
+    id_field = "device_id"
+
+    device_id: str
+    draining: bool
+    by: str = Field(description="Who asked for it.")
+
+
+class DeviceStatusChanged(Event):
+    """Liveness crossed a line: heartbeats stopped (offline) or came back (online). The
+    heartbeats themselves stay in the liveness KV bucket, out of the log."""
+
+    aggregate = "device"
+    name = "status_changed"
+    id_field = "device_id"
+
+    device_id: str
+    status: Literal["online", "offline"]
+    reason: str = ""
+
+
+class TaskSubmitted(Event):
+    """A job to run once somewhere in the fleet, wherever it is expected to finish first."""
+
+    aggregate = "task"
+    name = "submitted"
+    id_field = "task_id"
+
+    task_id: str
+    workload: str
+    size: int = Field(gt=0)
+    submitted_by: str
+
+
+class PlacementCandidate(BaseModel):
+    """One device's expected finish for a task, as placement computed it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device_id: str
+    finish_s: float | None = Field(description="queue_s + runtime_s; None: no estimate.")
+    queue_s: float = Field(ge=0)
+    runtime_s: float | None = None
+    basis: Literal["measured", "predicted", "none"]
+    config: dict[str, Any] | None = None
+    accepted: bool = Field(description="False: its familiarity guard rejects the job.")
+    note: str = ""
+
+
+class TaskPlaced(Event):
+    """Placement's choice for one attempt of a task: the device, the configuration to run,
+    the expected finish and why, with the runner-up."""
+
+    aggregate = "task"
+    name = "placed"
+    id_field = "task_id"
+
+    task_id: str
+    attempt: int = Field(ge=1)
+    device_id: str
+    config: dict[str, Any]
+    expected_s: float = Field(ge=0, description="Expected runtime of the task itself.")
+    queue_s: float = Field(ge=0, description="Expected wait behind the device's work.")
+    basis: Literal["measured", "predicted", "none"]
+    reason: str
+    runner_up: str | None = None
+    guard_rejected: bool = False
+    candidates: list[PlacementCandidate] = Field(default_factory=list)
+
+
+class TaskWaiting(Event):
+    """No device can take the task now; it waits, and this says for what."""
+
+    aggregate = "task"
+    name = "waiting"
+    id_field = "task_id"
+
+    task_id: str
+    reason: str
+
+
+class TaskStarted(Event):
+    aggregate = "task"
+    name = "started"
+    id_field = "task_id"
+
+    task_id: str
+    attempt: int = Field(ge=1)
+    device_id: str
+
+
+class TaskFinished(Event):
+    """The task ran to the end on its device: the result, measured against what was expected."""
+
+    aggregate = "task"
+    name = "finished"
+    id_field = "task_id"
+
+    task_id: str
+    attempt: int = Field(ge=1)
+    device_id: str
+    config: dict[str, Any]
+    runtime_s: float = Field(ge=0)
+    expected_s: float | None = Field(default=None, ge=0)
+    measurement_id: str | None = None
+    check_ok: bool | None = None
+
+
+class TaskRunFailed(Event):
+    """One attempt failed on its device (the run failed, timed out or gave a wrong answer)."""
+
+    aggregate = "task"
+    name = "run_failed"
+    id_field = "task_id"
+
+    task_id: str
+    attempt: int = Field(ge=1)
+    device_id: str
+    error: str
+
+
+class TaskRequeued(Event):
+    """An attempt is abandoned (its device went offline, failed it, or never picked it up)
+    and the task goes back to placement."""
+
+    aggregate = "task"
+    name = "requeued"
+    id_field = "task_id"
+
+    task_id: str
+    attempt: int = Field(ge=1, description="The attempt abandoned.")
+    device_id: str
+    reason: str
+
+
+class TaskFailed(Event):
+    """The task gave up: it failed on too many devices, or cannot run anywhere."""
+
+    aggregate = "task"
+    name = "failed"
+    id_field = "task_id"
+
+    task_id: str
+    reasons: list[str]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.event_type(): cls
     for cls in (
@@ -310,5 +460,15 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TokenCreated,
         TokenRevoked,
         AuditCheckpoint,
+        DeviceDraining,
+        DeviceStatusChanged,
+        TaskSubmitted,
+        TaskPlaced,
+        TaskWaiting,
+        TaskStarted,
+        TaskFinished,
+        TaskRunFailed,
+        TaskRequeued,
+        TaskFailed,
     )
 }

@@ -14,9 +14,16 @@ from .nats_server import NatsUser
 from .secrets import CLI_USER, NATS_USERS, HomeCredentials
 
 # Services that append events to the log (grep `bus.publish` in services/ and libs/).
-LOG_WRITERS = frozenset({"coordinator", "decision", "trainer", "agent", "gateway"})
-# Services that write objects (model artifacts) to JetStream object stores.
-OBJECT_WRITERS = frozenset({"trainer"})
+LOG_WRITERS = frozenset({"coordinator", "placement", "decision", "trainer", "agent", "gateway"})
+# Services that write objects (model artifacts) to JetStream object stores: the trainer, and
+# the gateway for the models remote agents upload.
+OBJECT_WRITERS = frozenset({"trainer", "gateway"})
+# Services that put tasks on the devices' work queues (placement) or take them off for remote
+# agents (gateway: acks are $JS.ACK, so only placement publishes there).
+WORK_WRITERS = frozenset({"placement"})
+# Services that write heartbeats to the liveness KV bucket: the local agent, and the gateway
+# on behalf of remote agents.
+LIVENESS_WRITERS = frozenset({"agent", "gateway"})
 
 
 def _destructive(stream: str) -> tuple[str, ...]:
@@ -44,6 +51,10 @@ def service_user(settings: Settings, name: str, password: str) -> NatsUser:
         publish.append(f"{prefix}.audit.*.checkpoint")
     if name in OBJECT_WRITERS:
         publish.append("$O.>")
+    if name in WORK_WRITERS:
+        publish.append(f"{settings.work_prefix}.>")
+    if name in LIVENESS_WRITERS:
+        publish.append(f"$KV.{settings.liveness_bucket}.>")
     return NatsUser(
         name=name,
         password=password,
