@@ -1,0 +1,85 @@
+"""Device liveness: heartbeats in a JetStream KV bucket (settings.liveness_bucket), keyed by
+device id, with a TTL of settings.offline_after_s, so a silent device's entry expires. High-rate
+and ephemeral, it stays out of the audit stream; the coordinator turns crossings (online ↔
+offline) into device.status_changed events."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.kv import KeyValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..settings import Settings
+
+
+class Heartbeat(BaseModel):
+    """What an agent says about itself every settings.heartbeat_interval_s."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device_id: str
+    time: float = Field(description="Unix time the coordinator received it.")
+    running: str | None = Field(default=None, description="The task id it is running.")
+    running_for_s: float | None = Field(default=None, ge=0)
+    queued: int = Field(default=0, ge=0, description="Tasks it holds but has not started.")
+
+
+async def liveness_bucket(js: JetStreamContext, settings: Settings) -> KeyValue:
+    """The heartbeat bucket, created when missing (history 1, TTL offline_after_s)."""
+    try:
+        return await js.key_value(settings.liveness_bucket)
+    except NotFoundError:
+        return await js.create_key_value(
+            KeyValueConfig(
+                bucket=settings.liveness_bucket,
+                history=1,
+                ttl=settings.offline_after_s,
+                storage=StorageType.FILE,
+                replicas=settings.stream_replicas,
+            )
+        )
+
+
+async def beat(kv: KeyValue, heartbeat: Heartbeat) -> None:
+    await kv.put(heartbeat.device_id, orjson.dumps(heartbeat.model_dump(mode="json")))
+
+
+async def last_beat(kv: KeyValue, device_id: str) -> Heartbeat | None:
+    try:
+        entry = await kv.get(device_id)
+    except KeyNotFoundError:
+        return None
+    if not entry.value:
+        return None
+    return Heartbeat.model_validate(orjson.loads(entry.value))
+
+
+async def all_beats(kv: KeyValue) -> dict[str, Heartbeat]:
+    """Every device heard from within the TTL."""
+    try:
+        keys = await kv.keys()
+    except NoKeysError:  # an empty bucket
+        return {}
+    beats: dict[str, Heartbeat] = {}
+    for key in keys:
+        found = await last_beat(kv, key)
+        if found is not None:
+            beats[key] = found
+    return beats
+
+
+def is_online(heartbeat: Heartbeat | None, settings: Settings, now: float | None = None) -> bool:
+    """Heard from within offline_after_s (the TTL may not have removed a stale entry yet)."""
+    if heartbeat is None:
+        return False
+    return (now if now is not None else time.time()) - heartbeat.time <= settings.offline_after_s
+
+
+def as_dict(heartbeat: Heartbeat | None) -> dict[str, Any] | None:
+    return None if heartbeat is None else heartbeat.model_dump(mode="json")
