@@ -95,7 +95,13 @@ def engine(settings: Settings) -> Iterator[Engine]:
 async def bus(settings: Settings, nats_url: str) -> AsyncIterator[EventBus]:
     connected = await EventBus.connect(settings, nats_url, "test")
     yield connected
-    for stream in (settings.stream, settings.dead_letter_stream):
+    streams = (
+        settings.stream,
+        settings.dead_letter_stream,
+        settings.work_stream,
+        f"KV_{settings.liveness_bucket}",
+    )
+    for stream in streams:
         try:
             await connected.js.delete_stream(stream)
         except Exception:
