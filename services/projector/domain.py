@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import Table
+from sqlalchemy import ColumnElement, Table, func, literal
+from sqlalchemy.dialects.postgresql import JSONB
 
 from hpc_ds1.audit import audit_record
 from hpc_ds1.db import tables
@@ -14,8 +15,10 @@ from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
     DecisionMade,
+    DeviceDraining,
     DeviceLeft,
     DeviceRegistered,
+    DeviceStatusChanged,
     Envelope,
     EvaluationPublished,
     Event,
@@ -28,6 +31,14 @@ from hpc_ds1.events import (
     SessionResumed,
     SessionStarted,
     SessionStepRun,
+    TaskFailed,
+    TaskFinished,
+    TaskPlaced,
+    TaskRequeued,
+    TaskRunFailed,
+    TaskStarted,
+    TaskSubmitted,
+    TaskWaiting,
     TokenCreated,
     TokenRevoked,
     decode,
@@ -37,12 +48,15 @@ from hpc_ds1.events import (
 
 @dataclass(frozen=True)
 class Write:
-    """One row change: insert (ignore if present), upsert, or update by key."""
+    """One row change: insert (ignore if present), upsert, or update by key. An update with
+    `where` changes the row only when every condition holds on the row as it is then (a stale
+    or repeated event changes nothing); its `row` values may be SQL expressions of the row."""
 
     table: Table
     kind: Literal["insert", "upsert", "update"]
     row: dict[str, Any]
     keep_on_update: tuple[str, ...] = field(default=())
+    where: tuple[ColumnElement[bool], ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,167 @@ def _device_registered(seq: int, env: Envelope, e: DeviceRegistered) -> list[Wri
 def _device_left(seq: int, env: Envelope, e: DeviceLeft) -> list[Write]:
     row = {"device_id": e.device_id, "status": "left", "updated_at": env.time, "seq": seq}
     return [Write(tables.devices, "update", row)]
+
+
+def _device_draining(seq: int, env: Envelope, e: DeviceDraining) -> list[Write]:
+    row = {"device_id": e.device_id, "draining": e.draining, "updated_at": env.time, "seq": seq}
+    return [Write(tables.devices, "update", row)]
+
+
+def _device_status(seq: int, env: Envelope, e: DeviceStatusChanged) -> list[Write]:
+    row = {
+        "device_id": e.device_id,
+        "liveness": e.status,
+        "liveness_reason": storable(e.reason, 1000) or None,
+        "updated_at": env.time,
+        "seq": seq,
+    }
+    return [Write(tables.devices, "update", row)]
+
+
+# The task lifecycle. Each event carries the attempt it is about; a change applies only while
+# that attempt is the task's current one and the task is where the event can come from, so a
+# repeated, late or stale event (a result of an attempt already requeued) changes nothing.
+# `failures` holds one entry per abandoned attempt: attempt N's entry is its N-th at most.
+_t = tables.tasks
+_ACTIVE = ("placed", "running")
+_DONE = ("finished", "failed")
+
+
+def failure_reason(device_id: str, error: str) -> str:
+    """How a failed run reads in the task's failures (and in the coordinator's requeue)."""
+    return f"failed on {device_id}: {error}"
+
+
+def _task_update(seq: int, env: Envelope, task_id: str, *where: Any, **values: Any) -> Write:
+    row = {"task_id": task_id, **values, "updated_at": env.time, "seq": seq}
+    return Write(_t, "update", row, where=tuple(where))
+
+
+def _append_failure(seq: int, env: Envelope, task_id: str, attempt: int, text: str) -> Write:
+    entry = literal([storable(text, 2000)], JSONB)
+    return _task_update(
+        seq,
+        env,
+        task_id,
+        _t.c.attempt == attempt,
+        _t.c.status.in_(_ACTIVE),
+        func.jsonb_array_length(_t.c.failures) < attempt,
+        failures=_t.c.failures.op("||")(entry),
+    )
+
+
+def _task_submitted(seq: int, env: Envelope, e: TaskSubmitted) -> list[Write]:
+    row = {
+        "task_id": e.task_id,
+        "workload": e.workload,
+        "size": e.size,
+        "submitted_by": e.submitted_by,
+        "status": "submitted",
+        "attempt": 0,
+        "failures": [],
+        "submitted_at": env.time,
+        "updated_at": env.time,
+        "seq": seq,
+    }
+    return [Write(_t, "insert", row)]
+
+
+def _task_placed(seq: int, env: Envelope, e: TaskPlaced) -> list[Write]:
+    return [
+        _task_update(
+            seq,
+            env,
+            e.task_id,
+            _t.c.attempt < e.attempt,
+            _t.c.status.not_in(_DONE),
+            status="placed",
+            attempt=e.attempt,
+            device_id=e.device_id,
+            config=e.config,
+            expected_s=e.expected_s,
+            queue_s=e.queue_s,
+            basis=e.basis,
+            reason=e.reason,
+            runner_up=e.runner_up,
+            placement=env.data,
+            placed_at=env.time,
+            started_at=None,
+        )
+    ]
+
+
+def _task_waiting(seq: int, env: Envelope, e: TaskWaiting) -> list[Write]:
+    return [
+        _task_update(
+            seq,
+            env,
+            e.task_id,
+            _t.c.status.in_(("submitted", "waiting")),
+            status="waiting",
+            reason=e.reason,
+        )
+    ]
+
+
+def _task_started(seq: int, env: Envelope, e: TaskStarted) -> list[Write]:
+    return [
+        _task_update(
+            seq,
+            env,
+            e.task_id,
+            _t.c.attempt == e.attempt,
+            _t.c.device_id == e.device_id,
+            _t.c.status == "placed",
+            status="running",
+            started_at=env.time,
+        )
+    ]
+
+
+def _task_finished(seq: int, env: Envelope, e: TaskFinished) -> list[Write]:
+    return [
+        _task_update(
+            seq,
+            env,
+            e.task_id,
+            _t.c.attempt == e.attempt,
+            _t.c.device_id == e.device_id,
+            _t.c.status.in_(_ACTIVE),
+            status="finished",
+            config=e.config,
+            runtime_s=e.runtime_s,
+            measurement_id=e.measurement_id,
+            finished_at=env.time,
+        )
+    ]
+
+
+def _task_run_failed(seq: int, env: Envelope, e: TaskRunFailed) -> list[Write]:
+    reason = failure_reason(e.device_id, e.error)
+    return [_append_failure(seq, env, e.task_id, e.attempt, reason)]
+
+
+def _task_requeued(seq: int, env: Envelope, e: TaskRequeued) -> list[Write]:
+    # The failure first (a run failure already wrote this attempt's), then the status.
+    return [
+        _append_failure(seq, env, e.task_id, e.attempt, e.reason),
+        _task_update(
+            seq,
+            env,
+            e.task_id,
+            _t.c.attempt == e.attempt,
+            _t.c.status.in_(_ACTIVE),
+            status="submitted",
+        ),
+    ]
+
+
+def _task_failed(seq: int, env: Envelope, e: TaskFailed) -> list[Write]:
+    values: dict[str, Any] = {"status": "failed"}
+    if e.reasons:  # the full list: every abandoned attempt's reason
+        values["failures"] = [storable(r, 2000) for r in e.reasons]
+    return [_task_update(seq, env, e.task_id, _t.c.status.not_in(_DONE), **values)]
 
 
 def _measurement(seq: int, env: Envelope, e: MeasurementRecorded) -> list[Write]:
@@ -227,6 +402,8 @@ def _token_revoked(seq: int, env: Envelope, e: TokenRevoked) -> list[Write]:
 PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
     DeviceRegistered: _device_registered,
     DeviceLeft: _device_left,
+    DeviceDraining: _device_draining,
+    DeviceStatusChanged: _device_status,
     MeasurementRecorded: _measurement,
     ModelPublished: _model,
     EvaluationPublished: _evaluation,
@@ -241,6 +418,14 @@ PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
     ApprovalDecided: _approval_decided,
     TokenCreated: _token_created,
     TokenRevoked: _token_revoked,
+    TaskSubmitted: _task_submitted,
+    TaskPlaced: _task_placed,
+    TaskWaiting: _task_waiting,
+    TaskStarted: _task_started,
+    TaskFinished: _task_finished,
+    TaskRunFailed: _task_run_failed,
+    TaskRequeued: _task_requeued,
+    TaskFailed: _task_failed,
 }
 
 

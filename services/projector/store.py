@@ -105,6 +105,13 @@ def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
                     if c not in key and c not in write.keep_on_update
                 }
                 conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=changed))
+        elif any(w.where for w in batch):
+            for write in batch:  # conditional: one statement each, its values may be SQL
+                conn.execute(
+                    update(table)
+                    .where(*[table.c[k] == write.row[k] for k in key], *write.where)
+                    .values({c: v for c, v in write.row.items() if c not in key})
+                )
         else:
             columns = [c for c in rows[0] if c not in key]
             by_key = (

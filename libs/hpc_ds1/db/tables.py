@@ -249,6 +249,7 @@ READ_MODELS: tuple[Table, ...] = (
     gaps,
     set_aside,
     devices,
+    tasks,
     measurements,
     models,
     evaluations,
