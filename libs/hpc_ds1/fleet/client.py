@@ -1,0 +1,302 @@
+"""HTTP clients of the coordinator's fleet endpoints (the contract is the gateway's): the
+agent-facing ones (join, work long-poll, heartbeat, started, result, measurements, model) in
+`AgentClient` (async, for the agent), the user-facing ones (tasks, devices) in `FleetClient`
+(sync, for `submit` and the CLI). Both turn an unwanted answer into a `FleetError` whose message
+says what happened; neither ever logs or prints a token (it is only in the Authorization
+header; `repr` of a client does not show it)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from .execute import TaskResult
+from .work import WorkItem
+
+REFUSED_CREDENTIAL = "the coordinator refused this credential: revoked or wrong token"
+MAX_MEASUREMENTS_PER_POST = 5000
+MAX_METRICS_HEADER = 4000  # bytes of X-Model-Metrics sent (larger metrics are left out)
+
+
+class FleetError(Exception):
+    """An answer the caller cannot use; `status` is the HTTP status (None: no answer)."""
+
+    status: int | None = None
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class CredentialRefused(FleetError):
+    """401: the token is wrong, revoked, or not a token of this coordinator."""
+
+
+class Forbidden(FleetError):
+    """403: the credential is valid but may not do this (its role)."""
+
+
+class Conflict(FleetError):
+    """409: e.g. an attempt that is no longer current, a device name taken."""
+
+
+class NotFound(FleetError):
+    """404."""
+
+
+class Rejected(FleetError):
+    """Another 4xx: the request is wrong and sending it again will not help."""
+
+
+class ServerError(FleetError):
+    """5xx: the coordinator failed (or a service behind it is down); worth retrying."""
+
+
+class Unreachable(FleetError):
+    """No answer: connection refused, DNS, TLS, or a timeout; worth retrying."""
+
+
+def base_url(server: str) -> str:
+    server = server.strip().rstrip("/")
+    if not server.startswith(("http://", "https://")):
+        raise ValueError(f"server {server!r} must be a URL such as http://coordinator:8765")
+    return server
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:300] or response.reason_phrase
+    if not isinstance(body, dict):
+        return str(body)[:300]
+    text = str(body.get("error") or body.get("detail") or body)
+    issues = body.get("detail")
+    if isinstance(issues, list) and issues:
+        parts = []
+        for d in issues[:5]:
+            if isinstance(d, dict):
+                where = ".".join(str(x) for x in d.get("loc", []) if x != "body")
+                parts.append(f"{where}: {d.get('msg')}" if where else str(d.get("msg")))
+        if parts:
+            text = f"{text} ({'; '.join(parts)})"
+    return text
+
+
+def check(response: httpx.Response, server: str, what: str) -> httpx.Response:
+    """`response` when it is a success; else the FleetError for its status."""
+    code = response.status_code
+    if code < 400:
+        return response
+    reason = _reason(response)
+    if code == 401:
+        raise CredentialRefused(f"{REFUSED_CREDENTIAL} ({server}: {reason})", code)
+    if code == 403:
+        raise Forbidden(f"{server} refused to {what} for this credential: {reason}", code)
+    if code == 404:
+        raise NotFound(f"{server}: {what}: {reason}", code)
+    if code == 409:
+        raise Conflict(f"{server}: {what}: {reason}", code)
+    if code >= 500:
+        raise ServerError(f"{server} failed to {what} ({code}): {reason}", code)
+    raise Rejected(f"{server} refused to {what} ({code}): {reason}", code)
+
+
+def unreachable(server: str, what: str, error: Exception) -> Unreachable:
+    return Unreachable(f"cannot reach {server} to {what}: {type(error).__name__}: {error}")
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+class AgentClient:
+    """The agent-facing endpoints, with the device's credential (or, for `join`, the join
+    token). Async; one connection pool."""
+
+    def __init__(self, server: str, token: str, *, timeout_s: float = 30.0) -> None:
+        self.server = base_url(server)
+        self._token = token
+        self._http = httpx.AsyncClient(base_url=self.server, timeout=timeout_s)
+
+    def __repr__(self) -> str:
+        return f"AgentClient({self.server!r})"
+
+    def use_token(self, token: str) -> None:
+        self._token = token
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _call(
+        self, method: str, path: str, what: str, *, token: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        headers = {**kwargs.pop("headers", {}), **_headers(token or self._token)}
+        try:
+            response = await self._http.request(method, path, headers=headers, **kwargs)
+        except httpx.HTTPError as error:
+            raise unreachable(self.server, what, error) from None
+        return check(response, self.server, what)
+
+    async def join(
+        self, join_token: str, hostname: str, fingerprint: dict[str, Any], name: str | None
+    ) -> dict[str, Any]:
+        """Trade the join token for this device's own credential: {device_id, token,
+        token_id, heartbeat_interval_s, long_poll_s}."""
+        body: dict[str, Any] = {"hostname": hostname, "fingerprint": fingerprint}
+        if name:
+            body["name"] = name
+        response = await self._call(
+            "POST", "/v1/fleet/join", "join the fleet", token=join_token, json=body
+        )
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    async def work(self, wait_s: float) -> WorkItem | None:
+        """The next attempt for this device, or None when none came within `wait_s`."""
+        response = await self._call(
+            "GET",
+            "/v1/agent/work",
+            "wait for work",
+            params={"wait": f"{wait_s:g}"},
+            timeout=wait_s + 15.0,
+        )
+        if response.status_code == 204 or not response.content:
+            return None
+        return WorkItem.model_validate_json(response.content)
+
+    async def heartbeat(
+        self, running: str | None, running_for_s: float | None, queued: int = 0
+    ) -> None:
+        body: dict[str, Any] = {"queued": queued}
+        if running is not None:
+            body["running"] = running
+            body["running_for_s"] = round(max(running_for_s or 0.0, 0.0), 3)
+        await self._call("POST", "/v1/agent/heartbeat", "take a heartbeat", json=body)
+
+    async def started(self, task_id: str, attempt: int) -> None:
+        """Conflict when the attempt is no longer current (requeued): do not run it."""
+        await self._call(
+            "POST",
+            f"/v1/agent/tasks/{task_id}/started",
+            f"start task {task_id}",
+            json={"attempt": attempt},
+        )
+
+    async def result(self, task_id: str, result: TaskResult) -> dict[str, Any]:
+        """{recorded, measurement_id?, why?}; Conflict when the attempt is no longer current."""
+        response = await self._call(
+            "POST",
+            f"/v1/agent/tasks/{task_id}/result",
+            f"record the result of task {task_id}",
+            content=result.model_dump_json(exclude_none=True),
+            headers={"Content-Type": "application/json"},
+        )
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    async def measurements(self, rows: list[dict[str, Any]]) -> dict[str, int]:
+        """Upload this device's measurements (MeasurementRecorded fields without device_id),
+        in posts of at most MAX_MEASUREMENTS_PER_POST; totals of {accepted, known}."""
+        totals = {"accepted": 0, "known": 0}
+        for start in range(0, len(rows), MAX_MEASUREMENTS_PER_POST):
+            chunk = rows[start : start + MAX_MEASUREMENTS_PER_POST]
+            response = await self._call(
+                "POST",
+                "/v1/agent/measurements",
+                "upload measurements",
+                content=json.dumps({"measurements": chunk}, default=str),
+                headers={"Content-Type": "application/json"},
+            )
+            answer = response.json()
+            for key in totals:
+                totals[key] += int(answer.get(key, 0))
+        return totals
+
+    async def model(
+        self,
+        version: str,
+        data: bytes,
+        *,
+        sha256: str,
+        trained_on: int,
+        metrics: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Upload this device's ONNX model: {model_version}."""
+        headers = {"Content-Type": "application/octet-stream"}
+        if metrics:
+            text = json.dumps(metrics, default=str, separators=(",", ":"))
+            if len(text) <= MAX_METRICS_HEADER and text.isascii():
+                headers["X-Model-Metrics"] = text
+        response = await self._call(
+            "POST",
+            "/v1/agent/model",
+            f"upload model {version}",
+            params={"version": version, "trained_on": trained_on, "sha256": sha256},
+            content=data,
+            headers=headers,
+            timeout=120.0,
+        )
+        answer: dict[str, Any] = response.json()
+        return answer
+
+
+class FleetClient:
+    """The user-facing endpoints (tasks and devices) with a user's token. Synchronous."""
+
+    def __init__(self, server: str, token: str | None, *, timeout_s: float = 30.0) -> None:
+        self.server = base_url(server)
+        self._http = httpx.Client(
+            base_url=self.server,
+            timeout=timeout_s,
+            headers=_headers(token) if token else {},
+        )
+
+    def __repr__(self) -> str:
+        return f"FleetClient({self.server!r})"
+
+    def __enter__(self) -> FleetClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise unreachable(self.server, what, error) from None
+        return check(response, self.server, what).json()
+
+    def submit(self, workload: str, size: int) -> dict[str, Any]:
+        """POST /v1/tasks: the new task's JSON."""
+        task: dict[str, Any] = self._call(
+            "POST", "/v1/tasks", "submit a task", json={"workload": workload, "size": size}
+        )
+        return task
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        task: dict[str, Any] = self._call("GET", f"/v1/tasks/{task_id}", f"read task {task_id}")
+        return task
+
+    def tasks(self, **filters: Any) -> list[dict[str, Any]]:
+        params = {k: v for k, v in filters.items() if v is not None}
+        body = self._call("GET", "/v1/tasks", "list tasks", params=params)
+        found: list[dict[str, Any]] = body["tasks"]
+        return found
+
+    def devices(self) -> list[dict[str, Any]]:
+        body = self._call("GET", "/v1/devices", "list devices")
+        found: list[dict[str, Any]] = body["devices"]
+        return found
+
+    def device(self, device_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self._call(
+            "GET", f"/v1/devices/{device_id}", f"read device {device_id}"
+        )
+        return found
