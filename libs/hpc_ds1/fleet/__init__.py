@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .agent import Agent
-    from .submit import submit
+    from .submission import submit
 
 __all__ = ["Agent", "submit"]
 
@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
 
         return Agent
     if name == "submit":
-        from .submit import submit
+        from .submission import submit
 
         return submit
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
