@@ -1,9 +1,11 @@
-"""The home's own credentials: the CLI's bearer token and the one-time login token.
+"""The home's own credentials: the CLI's bearer token, the fleet's join token and the one-time
+login token.
 
 Layout (created on the home's first start, readable by its owner only):
 
     $HPC_DS1_HOME/credentials/            0700
     $HPC_DS1_HOME/credentials/cli.token   0600  the CLI's bearer token (role admin)
+    $HPC_DS1_HOME/credentials/join.token  0600  the fleet's join token (role join)
     $HPC_DS1_HOME/credentials/login.sha256 0600 SHA-256 of the one-time login token
 
 How the gateway knows the CLI token: on start the gateway reads `cli.token` (creating it when
@@ -12,6 +14,12 @@ missing) and, when its hash is not among the tokens, publishes a `token.created`
 of its hash, published only if that token's history is empty, so two gateways never register it
 twice) and waits until the projector has folded it. A revoked CLI token is replaced by a new one
 on the next start. The tokens table is the one place any credential is checked.
+
+The join token is registered the same way (holder `fleet-join`, role join): an agent trades it,
+once, for its own device credential (POST /v1/fleet/join). It is shown only on this machine:
+`serve` prints the join command on its own terminal, `hpc-ds1 token join` reads the file, and
+GET /v1/fleet/join-token serves it only to an admin calling from loopback. `hpc-ds1 token join
+--rotate` revokes it and makes a new one; a revoked one is replaced on the next start.
 
 The one-time login token (`serve` prints `http://HOST:PORT/?token=...`, `hpc-ds1 token login`
 prints a fresh one) is stored only as its hash; the gateway accepts it once, mints a browser
@@ -26,6 +34,7 @@ import getpass
 import hmac
 import os
 import re
+import socket
 import uuid
 from pathlib import Path
 from typing import Final, Literal
@@ -42,6 +51,8 @@ log = get_logger("credentials")
 
 CREDENTIALS_DIR: Final = "credentials"
 CLI_TOKEN_FILE: Final = "cli.token"
+JOIN_TOKEN_FILE: Final = "join.token"
+JOIN_HOLDER: Final = "fleet-join"
 LOGIN_HASH_FILE: Final = "login.sha256"
 _TOKEN_TEXT = re.compile(r"^[A-Za-z0-9_\-]{16,128}$")
 
@@ -110,7 +121,10 @@ def _replace(path: Path, text: str) -> None:
 def read_cli_token(home: Path) -> str | None:
     """The CLI token of this home, or None when the home has none yet. Refuses a file that
     others can read (CredentialError), as ssh does with a private key."""
-    path = cli_token_path(home)
+    return _read_token_file(cli_token_path(home))
+
+
+def _read_token_file(path: Path) -> str | None:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -148,6 +162,72 @@ def rotate_cli_token(home: Path) -> str:
 def cli_token_id(token: str) -> str:
     """The CLI token's public id: derived from its hash, so registering it is idempotent."""
     return "tok_" + token_hash(token)[:12]
+
+
+def join_token_path(home: Path) -> Path:
+    """Where this home keeps the fleet's join token."""
+    return Path(home) / CREDENTIALS_DIR / JOIN_TOKEN_FILE
+
+
+def read_join_token(home: Path) -> str | None:
+    """The join token of this home, or None when it has none yet (refused like the CLI token
+    when others can read the file)."""
+    return _read_token_file(join_token_path(home))
+
+
+def ensure_join_token(home: Path) -> str:
+    """The home's join token, created (0600, in a 0700 directory) when it has none."""
+    credentials_dir(home)
+    found = read_join_token(home)
+    if found is not None:
+        return found
+    _write_new(join_token_path(home), new_token())
+    token = read_join_token(home)
+    assert token is not None
+    return token
+
+
+def rotate_join_token(home: Path) -> str:
+    """Replace the join token file by a new token (register it, revoke the old one)."""
+    credentials_dir(home)
+    token = new_token()
+    _replace(join_token_path(home), token)
+    return token
+
+
+def current_join_token(home: Path, engine: Engine) -> str:
+    """The join token to show: the file's, replaced by a new one when it was revoked (the
+    gateway registers it when it starts). Blocking (file, DB)."""
+    token = ensure_join_token(home)
+    if token_state(engine, token) == "revoked":
+        token = rotate_join_token(home)
+    return token
+
+
+def join_token_id(token: str) -> str:
+    """The join token's public id, derived from its hash like the CLI token's."""
+    return cli_token_id(token)
+
+
+def reachable_host(bind_host: str) -> str:
+    """A host other machines can use for a server bound to `bind_host`: this machine's address
+    on its default route for a wildcard bind (no packet is sent), else the bind host itself."""
+    if bind_host not in ("0.0.0.0", "::", ""):
+        return f"[{bind_host}]" if ":" in bind_host else bind_host
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: only picks the route
+            address = str(probe.getsockname()[0])
+        if address and not address.startswith("127.") and address != "0.0.0.0":
+            return address
+    except OSError:
+        pass
+    return socket.gethostname() or "127.0.0.1"
+
+
+def join_command(server: str, token: str) -> str:
+    """The command that joins a device to the coordinator at `server`."""
+    return f"hpc-ds1 agent --server {server.rstrip('/')} --token {token}"
 
 
 def new_login_token(home: Path) -> str:
@@ -195,7 +275,7 @@ async def publish_token(
     token: str,
     *,
     holder: str,
-    role: Literal["viewer", "engineer", "admin", "agent"],
+    role: Literal["viewer", "engineer", "admin", "agent", "join"],
     token_id: str | None = None,
     source: str = "gateway",
     wait_s: float = 10.0,
@@ -249,6 +329,32 @@ async def register_cli_token(
         wait_s=wait_s,
     )
     log.info("cli_token_registered", token_id=cli_token_id(token), holder=holder, active=active)
+    return active
+
+
+async def register_join_token(
+    bus: EventBus, engine: Engine, home: Path, wait_s: float = 30.0
+) -> bool:
+    """Make sure the home's join token exists and is an active token of role join, holder
+    `fleet-join` (created, registered and replaced when revoked like the CLI token). True once
+    it is active. The token itself is never logged; only its public id."""
+    token = await asyncio.to_thread(ensure_join_token, home)
+    state = await asyncio.to_thread(token_state, engine, token)
+    if state == "active":
+        return True
+    if state == "revoked":
+        token = await asyncio.to_thread(rotate_join_token, home)
+        log.info("join_token_rotated", reason="the previous one was revoked")
+    active = await publish_token(
+        bus,
+        engine,
+        token,
+        holder=JOIN_HOLDER,
+        role="join",
+        token_id=join_token_id(token),
+        wait_s=wait_s,
+    )
+    log.info("join_token_registered", token_id=join_token_id(token), active=active)
     return active
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from hpc_ds1.credentials import register_cli_token
+from hpc_ds1.credentials import register_cli_token, register_join_token
 from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
 
@@ -47,12 +47,17 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def _register_cli_token(ctx: ServiceContext) -> None:
-    """The home's CLI credential (credentials/cli.token) as an admin token of the home's owner;
-    logged, never raised: the API serves either way."""
+    """The home's CLI credential (credentials/cli.token) as an admin token of the home's owner,
+    then the fleet's join token; logged, never raised: the API serves either way."""
     try:
         await register_cli_token(ctx.bus, ctx.engine, ctx.settings.home)
     except Exception as error:
         log.error("cli_token_not_registered", error=f"{type(error).__name__}: {error}")
+    # The fleet's join token (credentials/join.token), made on the first start; the same way.
+    try:
+        await register_join_token(ctx.bus, ctx.engine, ctx.settings.home)
+    except Exception as error:
+        log.error("join_token_not_registered", error=f"{type(error).__name__}: {error}")
 
 
 async def run(ctx: ServiceContext) -> None:

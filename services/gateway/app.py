@@ -26,8 +26,10 @@ from hpc_ds1.tokens import Principal
 from .audit_api import audit_router
 from .auth import auth_router, install_auth, login_exchange, require
 from .decide import decide_router
+from .devices_api import devices_router
 from .edge import BodyLimit, RequestLog
 from .evaluation_api import evaluation_router
+from .fleet_api import fleet_router
 from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
 
@@ -154,6 +156,8 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app.include_router(sessions_router(settings, bus, engine))
     app.include_router(audit_router(settings, engine))
     app.include_router(evaluation_router(settings, engine))
+    app.include_router(fleet_router(settings, bus, engine))
+    app.include_router(devices_router(settings, bus, engine))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:

@@ -6,7 +6,17 @@ import argparse
 import asyncio
 import time
 
-from ..credentials import cli_token_path, new_login_token
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..credentials import (
+    cli_token_path,
+    current_join_token,
+    ensure_join_token,
+    join_command,
+    new_login_token,
+    reachable_host,
+)
+from ..db import make_engine
 from ..infra.home import Endpoints, own_home
 from ..runtime import SERVICES, install_stop_signals, run_services
 from ..settings import Settings
@@ -45,10 +55,28 @@ def serve(settings: Settings, services: tuple[str, ...]) -> int:
                 print(f"  Log in    {url}?token={new_login_token(settings.home)}", flush=True)
                 print("            (works once; `hpc-ds1 token login` prints a new one)")
                 print(f"  CLI token {cli_token_path(settings.home)}", flush=True)
+                # The join token is shown here, on this machine's own terminal, and nowhere else.
+                server = f"http://{reachable_host(settings.host)}:{settings.port}"
+                print(
+                    f"  Join      {join_command(server, _join_token(settings, ends))}", flush=True
+                )
+                if settings.host.startswith("127.") or settings.host in ("localhost", "::1"):
+                    print("            (this machine only: `serve --host 0.0.0.0` for others)")
             asyncio.run(_serve(settings, services, ends, started))
     except RuntimeError as error:
         raise UsageError(str(error)) from None
     return 0
+
+
+def _join_token(settings: Settings, ends: Endpoints) -> str:
+    """The home's join token (made on the first start, a new one when it was revoked)."""
+    engine = make_engine(ends.app_database_url(), pool_size=1)
+    try:
+        return current_join_token(settings.home, engine)
+    except SQLAlchemyError:  # the gateway replaces a revoked one when it starts
+        return ensure_join_token(settings.home)
+    finally:
+        engine.dispose()
 
 
 async def _serve(

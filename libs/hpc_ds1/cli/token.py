@@ -1,5 +1,6 @@
-"""`hpc-ds1 token create|list|revoke|login`: bearer tokens, stored only as hashes; `login` prints
-a new one-time login URL for the browser (see hpc_ds1.credentials)."""
+"""`hpc-ds1 token create|list|revoke|login|join`: bearer tokens, stored only as hashes; `login`
+prints a new one-time login URL for the browser, `join` the fleet's join token (`--rotate`: a
+new one, the old one revoked); see hpc_ds1.credentials."""
 
 from __future__ import annotations
 
@@ -8,11 +9,25 @@ import asyncio
 import contextlib
 import getpass
 import json
+import sys
 from typing import Any
 
+import httpx
 from sqlalchemy import Engine, select
 
-from ..credentials import new_login_token, owner_name
+from ..credentials import (
+    JOIN_HOLDER,
+    CredentialError,
+    bearer_for,
+    join_command,
+    join_token_id,
+    new_login_token,
+    owner_name,
+    publish_token,
+    reachable_host,
+    read_join_token,
+    rotate_join_token,
+)
 from ..db import tables
 from ..events import TokenCreated, TokenRevoked, envelope
 from ..infra.home import running_owner
@@ -44,6 +59,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_home_argument(login)
     login.set_defaults(handler=handle_login)
+
+    join = actions.add_parser(
+        "join", help="the fleet's join token and the command that joins a device with it"
+    )
+    join.add_argument(
+        "--rotate", action="store_true", help="revoke it and make a new one (joined devices stay)"
+    )
+    add_home_argument(join)
+    join.set_defaults(handler=handle_join)
 
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("token_id", metavar="TOKEN_ID")
@@ -166,4 +190,73 @@ def handle_login(args: argparse.Namespace) -> int:
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
     print("No server runs for this home yet; once `hpc-ds1 serve` runs, open this once:")
     print(login_url(f"http://{shown}:{settings.port}/", token))
+    return 0
+
+
+def _join_server(settings: Settings, token: str) -> str:
+    """Where devices reach this home's gateway: the running gateway says (it knows the address
+    it listens on); without one, the configured host and port."""
+    owner = running_owner(settings.home)
+    if owner is not None and owner.gateway_url:
+        try:
+            bearer = bearer_for(settings.home, owner.gateway_url, None)
+            reply = httpx.get(
+                f"{owner.gateway_url.rstrip('/')}/v1/fleet/join-token",
+                headers={"Authorization": f"Bearer {bearer}"} if bearer else {},
+                timeout=10,
+            )
+            body = reply.json() if reply.status_code == 200 else {}
+            if body.get("token") == token and isinstance(body.get("server"), str):
+                return str(body["server"])
+        except (httpx.HTTPError, ValueError, CredentialError):
+            pass
+    return f"http://{reachable_host(settings.host)}:{settings.port}"
+
+
+async def _rotate_join(settings: Settings) -> tuple[str, list[str]]:
+    async with _stack(settings) as stack:
+        await stack.caught_up()
+        rows = await asyncio.to_thread(_rows, stack.engine)
+        old = [r["token_id"] for r in rows if r["role"] == "join" and not r["revoked"]]
+        token = await asyncio.to_thread(rotate_join_token, settings.home)
+        active = await publish_token(
+            stack.bus,
+            stack.engine,
+            token,
+            holder=JOIN_HOLDER,
+            role="join",
+            token_id=join_token_id(token),
+            source="cli",
+            wait_s=30,
+        )
+        if not active:
+            raise UsageError("the new join token was not registered: is the projector running?")
+        for token_id in old:
+            await _send(stack, TokenRevoked(token_id=token_id))
+        return token, old
+
+
+def handle_join(args: argparse.Namespace) -> int:
+    settings = load_settings(quiet=True, home=args.home)
+    try:
+        if args.rotate:
+            token, old = asyncio.run(_rotate_join(settings))
+            gone = ", ".join(old) if old else "none was active"
+            print(
+                f"join token rotated (revoked: {gone}); devices that joined keep their own "
+                "credentials",
+                file=sys.stderr,
+            )
+        else:
+            found = read_join_token(settings.home)
+            if found is None:
+                raise UsageError(
+                    "this home has no join token yet: `hpc-ds1 serve` makes one on its first "
+                    "start (or run `hpc-ds1 token join --rotate`)"
+                )
+            token = found
+    except CredentialError as error:
+        raise UsageError(str(error)) from None
+    print(token)
+    print(f"Join      {join_command(_join_server(settings, token), token)}")
     return 0
