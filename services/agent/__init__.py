@@ -5,15 +5,22 @@ Its runs are capped (HPC_DS1_MAX_RUN_S) and killed when it stops."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 from hpc_ds1.events import DeviceRegistered, envelope
+from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.subjects import agent_run_subject
 
+from .fleet import LocalFleet
 from .jobs import JobRunner, sweep_leftovers
 
-__all__ = ["JobRunner", "run", "sweep_leftovers"]
+__all__ = ["JobRunner", "LocalFleet", "run", "sweep_leftovers"]
+
+log = get_logger("agent")
+FLEET_STOP_S = 10.0
+FLEET_RETRY_S = 5.0
 
 
 async def run(ctx: ServiceContext) -> None:
@@ -32,6 +39,7 @@ async def run(ctx: ServiceContext) -> None:
     jobs = JobRunner(ctx, hardware.device_id)
     ctx.facts["queued_runs"] = jobs.queued
     jobs.start()
+    fleet_task: asyncio.Task[None] | None = None
     try:
         # Listen before announcing: whoever sees the registration can send work at once.
         sub = await ctx.bus.nc.subscribe(
@@ -41,8 +49,31 @@ async def run(ctx: ServiceContext) -> None:
             await ctx.bus.publish(
                 envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
             )
+            # This machine is a device of the fleet too: its tasks, its heartbeats.
+            fleet = LocalFleet(ctx, jobs, hardware.device_id)
+            ctx.facts["fleet_completed"] = lambda: fleet.completed
+            fleet_task = asyncio.create_task(_keep_running(ctx, fleet), name="agent-fleet")
             await ctx.stop.wait()
         finally:
             await sub.unsubscribe()
     finally:
         await jobs.stop()  # kills a running job: the process exits within seconds
+        if fleet_task is not None:
+            # The killed task's result goes out (one try), then the loop ends.
+            done, _ = await asyncio.wait({fleet_task}, timeout=FLEET_STOP_S)
+            if not done:
+                fleet_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await fleet_task
+
+
+async def _keep_running(ctx: ServiceContext, fleet: LocalFleet) -> None:
+    """The fleet loop until the stop; one that fails (its queue cannot be opened while NATS
+    reconnects, say) starts again after a pause, while the agent's own runs carry on."""
+    while not ctx.stop.is_set():
+        try:
+            await fleet.run()
+        except Exception as error:
+            log.error("fleet_loop_failed", error=repr(error), retry_in_s=FLEET_RETRY_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx.stop.wait(), FLEET_RETRY_S)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -29,6 +30,7 @@ from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import Config, ConfigSpace
 
 log = get_logger("agent")
+T = TypeVar("T")
 
 QUEUE_LIMIT = 32  # runs waiting for the device; more are refused (503) until it drains
 STOP_GRACE_S = 15.0  # how long a stop waits for the killed job and the replies to go out
@@ -44,10 +46,12 @@ class Checked:
 
 @dataclass
 class Queued:
-    """A request in the device's queue (in arrival order): its check, then its answer."""
+    """A request in the device's queue (in arrival order): its check, then its answer; or, with
+    `call`, a piece of work of the agent's own (a fleet task) whose outcome is the answer."""
 
     checked: asyncio.Future[Checked | None]  # None: refused, and answered already
-    reply: asyncio.Future[dict[str, Any]]
+    reply: asyncio.Future[Any]
+    call: Callable[[], Awaitable[Any]] | None = None
 
 
 def sweep_leftovers(home: Path) -> None:
@@ -78,6 +82,18 @@ class JobRunner:
 
     def queued(self) -> int:
         return self.queue.qsize()
+
+    async def in_turn(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Await `call()` when its turn in the device's queue comes (after the runs asked
+        before it, and before those asked after): how a fleet task shares the device with the
+        requested runs. Raises Cancelled when the agent stops before or while it runs."""
+        if self.cancel.is_set():
+            raise Cancelled(STOPPING)
+        loop = asyncio.get_running_loop()
+        item = Queued(loop.create_future(), loop.create_future(), call)
+        await self.queue.put(item)  # waits (rather than refusing) while the queue is full
+        found: T = await item.reply
+        return found
 
     # --- requests -----------------------------------------------------------------------
     async def handle(self, msg: Any) -> None:
@@ -147,6 +163,9 @@ class JobRunner:
     async def _work(self) -> None:
         while True:
             item = await self.queue.get()
+            if item.call is not None:
+                await self._call(item, item.call)
+                continue
             checked = await item.checked
             if checked is None or item.reply.done():
                 continue
@@ -166,6 +185,22 @@ class JobRunner:
                 self._idle.set()
             if not item.reply.done():
                 item.reply.set_result(body)
+
+    async def _call(self, item: Queued, call: Callable[[], Awaitable[Any]]) -> None:
+        self._idle.clear()
+        try:
+            outcome = await call()
+        except asyncio.CancelledError:
+            item.reply.cancel()
+            raise
+        except Exception as error:
+            if not item.reply.done():
+                item.reply.set_exception(error)
+        else:
+            if not item.reply.done():
+                item.reply.set_result(outcome)
+        finally:
+            self._idle.set()
 
     async def execute(
         self, request: RunRequest, config: Config, space: ConfigSpace
@@ -219,7 +254,11 @@ class JobRunner:
         self.cancel.set()
         while not self.queue.empty():
             item = self.queue.get_nowait()
-            if not item.reply.done():
+            if item.reply.done():
+                continue
+            if item.call is not None:
+                item.reply.set_exception(Cancelled(STOPPING))
+            else:
                 item.reply.set_result(_error(503, STOPPING))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_GRACE_S

@@ -297,6 +297,8 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._busy = False
+        self.retry_first_s = 0.5  # the first back-off; it doubles up to MAX_BACKOFF_S
+        self.transport: Any = None  # an httpx transport to use (tests); None: the network
 
     def __repr__(self) -> str:
         return f"Agent({self.server!r}, device_id={self.device_id!r})"
@@ -322,7 +324,7 @@ class Agent:
         if self._stop_requested.is_set():
             return
         handled = self._install_signals()
-        client = AgentClient(self.server, self._join_token)
+        client = AgentClient(self.server, self._join_token, transport=self.transport)
         try:
             identity = await self._identity(client)
             client.use_token(identity.token)
@@ -394,7 +396,7 @@ class Agent:
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` until it gets an answer: an unreachable or failing coordinator is tried
         again with back-off (0.5 s doubling to 30 s); a refusal is raised."""
-        delay, failures = 0.5, 0
+        delay, failures = self.retry_first_s, 0
         while True:
             try:
                 found = await call()

@@ -116,10 +116,17 @@ class AgentClient:
     """The agent-facing endpoints, with the device's credential (or, for `join`, the join
     token). Async; one connection pool."""
 
-    def __init__(self, server: str, token: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        server: str,
+        token: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.server = base_url(server)
         self._token = token
-        self._http = httpx.AsyncClient(base_url=self.server, timeout=timeout_s)
+        self._http = httpx.AsyncClient(base_url=self.server, timeout=timeout_s, transport=transport)
 
     def __repr__(self) -> str:
         return f"AgentClient({self.server!r})"
