@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "evaluate",
     "backup",
     "devices",
+    "agent",
+    "submit",
 )
 
 

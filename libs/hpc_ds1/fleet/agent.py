@@ -270,17 +270,15 @@ class Agent:
     def __init__(
         self,
         server: str,
-        token: str,
+        token: str | None,
         *,
         home: str | Path | None = None,
         name: str | None = None,
     ) -> None:
         self.server = base_url(server)
-        if not token or not token.strip():
-            raise ValueError("a token is needed: the coordinator's join token")
         if name is not None and not SAFE_ID.match(name):
             raise ValueError(f"name {name!r} is not valid: use {SAFE_ID_RULE}")
-        self._join_token = token.strip()
+        self._join_token = (token or "").strip()  # needed only to join (no device.json yet)
         self.name = name
         self.settings = Settings(home=Path(home)) if home is not None else Settings()
         self.home = self.settings.home
@@ -430,6 +428,12 @@ class Agent:
 
     async def _join(self, client: AgentClient) -> Identity:
         from ..hardware import fingerprint
+
+        if not self._join_token:
+            raise FleetError(
+                f"{device_file(self.home)} holds no identity for {self.server}: a join token "
+                "is needed (`hpc-ds1 token join` on the coordinator prints it)"
+            )
 
         hardware = await asyncio.to_thread(fingerprint)
         hostname = socket.gethostname()

@@ -1,0 +1,53 @@
+"""`hpc-ds1 agent --server URL --token JOIN_TOKEN`: make this machine a device of a coordinator's
+fleet (see hpc_ds1.fleet.agent). Run `hpc-ds1 setup` in this home first, so the coordinator
+knows what this device measured; the agent uploads it. Ctrl+C stops it (a running task is
+killed)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..credentials import CredentialError
+from ..requests import SAFE_ID_RULE
+from . import UsageError
+from .common import add_home_argument, load_settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "agent", help="serve as a device of a coordinator's fleet (polls it over HTTP)"
+    )
+    parser.add_argument("--server", required=True, help="the coordinator, http://HOST:PORT")
+    parser.add_argument(
+        "--token",
+        help="the coordinator's join token (`hpc-ds1 token join` there); not needed once this "
+        "home has joined (credentials/device.json)",
+    )
+    parser.add_argument("--name", help=f"the device's name when it joins: {SAFE_ID_RULE}")
+    add_home_argument(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ..fleet.agent import Agent
+    from ..fleet.client import FleetError
+
+    settings = load_settings(home=args.home)
+    try:
+        agent = Agent(args.server, args.token, home=settings.home, name=args.name)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    agent.settings = settings
+
+    def ready(device_id: str) -> None:
+        print(f"device {device_id}", flush=True)
+        print(f"polling {agent.server} (Ctrl+C stops)", flush=True)
+
+    agent.on_ready = ready
+    try:
+        agent.run()
+    except (FleetError, CredentialError) as error:
+        print(f"hpc-ds1 agent: {error}", file=sys.stderr)
+        return 1
+    return 0
