@@ -1,0 +1,573 @@
+"""Placement, the pure part: what placement knows of each device (folded from the log, plus
+liveness), and the rule that sends a task where it is expected to finish first.
+
+For a task and each eligible device (registered, not left, online, not draining, not a device
+the task already failed on): expected finish = queue (remaining time of its running task +
+expected runtimes of what was placed on it and has not started) + its best runtime for the
+task's (workload, size): measured when it has measured that size (ok runs, check not failed)
+at that run's configuration, else its own model's System 1 prediction ("predicted"). The
+earliest wins; a device whose familiarity guard rejects the job is chosen only when no device
+accepts it. No eligible device: the task waits, and `Waiting.reason` says for what.
+
+No I/O here and no model call: predictions are computed by the service (in a thread) into
+`DeviceView.predicted` beforehand, so `place` is a loop of dict lookups. The service and any
+replay fold the same events with `FleetState.apply`, so they agree."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..events import (
+    DeviceDraining,
+    DeviceLeft,
+    DeviceRegistered,
+    DeviceStatusChanged,
+    Event,
+    MeasurementRecorded,
+    ModelPublished,
+    PlacementCandidate,
+    TaskFailed,
+    TaskFinished,
+    TaskPlaced,
+    TaskRequeued,
+    TaskRunFailed,
+    TaskStarted,
+    TaskSubmitted,
+    TaskWaiting,
+)
+
+Basis = Literal["measured", "predicted", "none"]
+MAX_CANDIDATES = 16  # of a TaskPlaced event: the best ones (a fleet of 10,000 would not fit)
+PREDICTION_CACHE = 4096  # (workload, size) predictions kept per device and model
+NAMED = 4  # devices named in a waiting reason, per cause
+
+
+# --- what placement knows of a device ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A device's best runtime for one (workload, size), and the configuration it runs at."""
+
+    runtime_s: float
+    config: Mapping[str, Any]
+    basis: Literal["measured", "predicted"]
+    accepted: bool = True  # False: the device's familiarity guard rejects the job
+    reasons: tuple[str, ...] = ()  # the guard's reasons, when it rejects
+    source: str = ""  # the measurement id or the model version it comes from
+
+
+@dataclass(slots=True)
+class Running:
+    """A task its device has started: expected runtime and when it started (unix time)."""
+
+    expected_s: float
+    started_at: float
+
+
+@dataclass(slots=True)
+class DeviceView:
+    device_id: str
+    hostname: str = ""
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    local: bool = False
+    registered: bool = False
+    online: bool = False
+    draining: bool = False
+    left: bool = False
+    best: dict[tuple[str, int], Estimate] = field(default_factory=dict)  # measured
+    model_version: str | None = None
+    model_artifact: str | None = None
+    predicted: dict[tuple[str, int], Estimate] = field(default_factory=dict)  # of model_version
+    running: dict[str, Running] = field(default_factory=dict)
+    queued: dict[str, float] = field(default_factory=dict)  # placed, not started: expected_s
+    queued_s: float = 0.0  # sum(queued.values()), kept in step
+
+    def queue_s(self, now: float) -> float:
+        """Expected wait behind this device's work: what its running task has left (never
+        below 0) and the expected runtimes of what is placed on it and not started."""
+        total = self.queued_s
+        for load in self.running.values():
+            left = load.expected_s - (now - load.started_at)
+            if left > 0:
+                total += left
+        return total
+
+    def estimate(self, workload: str, size: int) -> Estimate | None:
+        key = (workload, size)
+        return self.best.get(key) or self.predicted.get(key)
+
+    def add_queued(self, task_id: str, expected_s: float) -> None:
+        self.queued[task_id] = expected_s
+        self.queued_s = sum(self.queued.values())
+
+    def drop(self, task_id: str) -> None:
+        """The task is no longer waiting or running here."""
+        self.running.pop(task_id, None)
+        if self.queued.pop(task_id, None) is not None:
+            self.queued_s = sum(self.queued.values())
+
+    def set_prediction(self, workload: str, size: int, estimate: Estimate) -> None:
+        if len(self.predicted) >= PREDICTION_CACHE:
+            self.predicted.clear()
+        self.predicted[(workload, size)] = estimate
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    task_id: str
+    workload: str
+    size: int
+
+
+@dataclass(slots=True)
+class TaskView:
+    """One task as placement follows it."""
+
+    task_id: str
+    workload: str
+    size: int
+    submitted_by: str = ""
+    # submitted|waiting|placed|running|run_failed|requeued|finished|failed
+    status: str = "submitted"
+    attempt: int = 0  # the last placed attempt
+    device_id: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    expected_s: float | None = None
+    failed_on: set[str] = field(default_factory=set)
+    waiting_for: str | None = None
+    version: int = 0  # stream sequence of its last event folded
+    order: int = 0  # sequence of its submission: tasks are placed in this order
+
+    @property
+    def spec(self) -> TaskSpec:
+        return TaskSpec(self.task_id, self.workload, self.size)
+
+    @property
+    def needs_placement(self) -> bool:
+        return self.status in ("submitted", "requeued", "waiting")
+
+
+# --- the rule ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    task_id: str
+    device_id: str
+    config: dict[str, Any]
+    expected_s: float
+    queue_s: float
+    finish_s: float
+    basis: Basis
+    reason: str
+    runner_up: str | None
+    guard_rejected: bool
+    candidates: list[PlacementCandidate]
+
+    def event(self, attempt: int) -> TaskPlaced:
+        return TaskPlaced(
+            task_id=self.task_id,
+            attempt=attempt,
+            device_id=self.device_id,
+            config=self.config,
+            expected_s=self.expected_s,
+            queue_s=self.queue_s,
+            basis=self.basis,
+            reason=self.reason,
+            runner_up=self.runner_up,
+            guard_rejected=self.guard_rejected,
+            candidates=self.candidates,
+        )
+
+
+@dataclass(frozen=True)
+class Waiting:
+    task_id: str
+    reason: str
+    kind: Literal["no_device", "all_left", "offline", "draining", "failed", "mixed"]
+
+    def event(self) -> TaskWaiting:
+        return TaskWaiting(task_id=self.task_id, reason=self.reason)
+
+
+def seconds(value: float) -> str:
+    """A duration for a reason: one decimal from 1 s up, two significant digits below."""
+    if value >= 1.0 or value == 0.0:
+        return f"{value:.1f} s"
+    return f"{value:.2g} s"
+
+
+def config_label(config: Mapping[str, Any]) -> str:
+    parts = [f"{key}={config[key]}" for key in ("ranks", "threads", "tile") if key in config]
+    if config.get("gpu"):
+        parts.append("gpu")
+    parts += [f"{k}={v}" for k, v in config.items() if k not in ("ranks", "threads", "tile", "gpu")]
+    return " ".join(parts) or "its default configuration"
+
+
+def _names(ids: list[str]) -> str:
+    shown = ", ".join(sorted(ids)[:NAMED])
+    return shown + (f" and {len(ids) - NAMED} more" if len(ids) > NAMED else "")
+
+
+def _waiting(
+    task: TaskSpec,
+    total: int,
+    left: list[str],
+    failed: list[str],
+    offline: list[str],
+    draining: list[str],
+) -> Waiting:
+    tid = task.task_id
+    if total == 0:
+        return Waiting(
+            tid, "no device has joined the fleet yet; it waits for one to join", "no_device"
+        )
+    if len(left) == total:
+        return Waiting(
+            tid,
+            f"every device has left the fleet ({_names(left)}); it waits for one to join",
+            "all_left",
+        )
+    causes = [
+        (k, v) for k, v in (("failed", failed), ("offline", offline), ("draining", draining)) if v
+    ]
+    if len(causes) == 1:
+        kind, ids = causes[0]
+        if kind == "offline":
+            return Waiting(
+                tid,
+                f"no device is online ({_names(ids)} offline); it waits for one to come online",
+                "offline",
+            )
+        if kind == "draining":
+            return Waiting(
+                tid,
+                f"every online device is draining ({_names(ids)}); it waits for one to be "
+                "undrained or for another device to join",
+                "draining",
+            )
+        return Waiting(
+            tid,
+            f"it already failed on {_names(ids)}, the only devices that could take it; it "
+            "waits for another device to come online or join",
+            "failed",
+        )
+    words = {"failed": "already failed it", "offline": "offline", "draining": "draining"}
+    parts = [f"{len(ids)} {words[kind]} ({_names(ids)})" for kind, ids in causes]
+    return Waiting(
+        tid,
+        "no device can take it now: " + "; ".join(parts) + "; it waits for a device that can",
+        "mixed",
+    )
+
+
+def default_config(device: DeviceView, workload: str) -> dict[str, Any]:
+    """The device's default configuration for `workload` (one rank, every core), for a device
+    with neither a measurement nor a model of the job."""
+    from ..hardware import Fingerprint
+    from ..space import ConfigSpace
+
+    try:
+        space = ConfigSpace.for_device(Fingerprint.model_validate(device.fingerprint), workload)
+        return space.default().model_dump()
+    except Exception:  # a partial fingerprint or a workload unknown here
+        return {"ranks": 1, "threads": 1, "tile": 1, "gpu": False}
+
+
+def place(
+    task: TaskSpec,
+    devices: Iterable[DeviceView],
+    now: float,
+    excluded: frozenset[str] | set[str] = frozenset(),
+) -> Placement | Waiting:
+    """The device expected to finish `task` first, with why; or what the task waits for.
+    `excluded`: devices the task already failed on."""
+    key = (task.workload, task.size)
+    total = 0
+    left: list[str] = []
+    failed: list[str] = []
+    offline: list[str] = []
+    draining: list[str] = []
+    scored: list[tuple[bool, float, str, float, Estimate]] = []
+    unknown: list[tuple[float, str, DeviceView]] = []  # eligible, but no estimate at all
+    for device in devices:
+        if not device.registered:
+            continue
+        total += 1
+        did = device.device_id
+        if device.left:
+            left.append(did)
+        elif did in excluded:
+            failed.append(did)
+        elif not device.online:
+            offline.append(did)
+        elif device.draining:
+            draining.append(did)
+        else:
+            queue = device.queue_s(now)
+            est = device.best.get(key) or device.predicted.get(key)
+            if est is None:
+                unknown.append((queue, did, device))
+            else:
+                scored.append((not est.accepted, queue + est.runtime_s, did, queue, est))
+    if not scored and not unknown:
+        return _waiting(task, total, left, failed, offline, draining)
+    if not scored:
+        return _place_unknown(task, unknown)
+    top = heapq.nsmallest(MAX_CANDIDATES, scored)
+    rejected, finish, did, queue, est = top[0]
+    second = top[1] if len(top) > 1 else None
+    head = (
+        f"{did}: queue {seconds(queue)} + "
+        + ("best measured" if est.basis == "measured" else "predicted")
+        + f" {seconds(est.runtime_s)} ({config_label(est.config)}"
+        + ("" if est.basis == "measured" else f", its model {est.source}")
+        + f") = {seconds(finish)}"
+    )
+    notes: list[str] = []
+    if rejected:
+        why = "; ".join(est.reasons) or "outside what its model knows"
+        notes.append(
+            f"every device's familiarity guard rejects {task.workload} size {task.size}, so the "
+            f"earliest of them ({did}: {why})"
+        )
+    else:
+        faster = min((s for s in scored if s[0]), key=lambda s: (s[1], s[2]), default=None)
+        if faster is not None and faster[1] < finish:
+            why = "; ".join(faster[4].reasons) or "outside what its model knows"
+            notes.append(
+                f"{faster[2]} would finish at {seconds(faster[1])} but its familiarity guard "
+                f"rejects the job ({why})"
+            )
+    if second is not None:
+        tail = f"next {second[2]} {seconds(second[1])}"
+        if second[0] and not rejected:
+            tail += " (its guard rejects the job)"
+        elif second[4].basis != est.basis:
+            tail += f" ({second[4].basis})"
+    elif unknown:
+        tail = f"next {unknown[0][1]} (no measurement or model of the job)"
+    else:
+        tail = "no other device can take it"
+    reason = "; ".join([head, *notes, tail])
+    candidates = [
+        PlacementCandidate(
+            device_id=s[2],
+            finish_s=s[1],
+            queue_s=s[3],
+            runtime_s=s[4].runtime_s,
+            basis=s[4].basis,
+            config=dict(s[4].config),
+            accepted=not s[0],
+            note="; ".join(s[4].reasons),
+        )
+        for s in top
+    ]
+    return Placement(
+        task_id=task.task_id,
+        device_id=did,
+        config=dict(est.config),
+        expected_s=est.runtime_s,
+        queue_s=queue,
+        finish_s=finish,
+        basis=est.basis,
+        reason=reason,
+        runner_up=None if second is None else second[2],
+        guard_rejected=rejected,
+        candidates=candidates,
+    )
+
+
+def _place_unknown(task: TaskSpec, unknown: list[tuple[float, str, DeviceView]]) -> Placement:
+    """No online device has measured or modelled the job: the shortest queue, at its default
+    configuration, marked basis "none"."""
+    top = heapq.nsmallest(MAX_CANDIDATES, unknown, key=lambda u: (u[0], u[1]))
+    queue, did, device = top[0]
+    config = default_config(device, task.workload)
+    runner = top[1][1] if len(top) > 1 else None
+    reason = (
+        f"{did}: queue {seconds(queue)}, the shortest; no online device has measured "
+        f"{task.workload} size {task.size} or has a model of it, so it runs at its default "
+        f"configuration ({config_label(config)})"
+        + (f"; next {runner} (queue {seconds(top[1][0])})" if runner else "")
+    )
+    candidates = [
+        PlacementCandidate(
+            device_id=u[1],
+            finish_s=None,
+            queue_s=u[0],
+            basis="none",
+            accepted=True,
+            note="no measurement or model of the job",
+        )
+        for u in top
+    ]
+    return Placement(
+        task_id=task.task_id,
+        device_id=did,
+        config=config,
+        expected_s=0.0,
+        queue_s=queue,
+        finish_s=queue,
+        basis="none",
+        reason=reason,
+        runner_up=runner,
+        guard_rejected=False,
+        candidates=candidates,
+    )
+
+
+# --- the fold ----------------------------------------------------------------------------
+
+
+def measured_ok(e: MeasurementRecorded) -> bool:
+    return (
+        e.status == "ok" and e.runtime_s is not None and e.runtime_s > 0 and e.check_ok is not False
+    )
+
+
+@dataclass
+class Change:
+    """What one folded event means for placement."""
+
+    fleet: bool = False  # a device may now take a waiting task
+    task: str | None = None  # this task needs placing (submitted or requeued)
+
+
+@dataclass
+class FleetState:
+    devices: dict[str, DeviceView] = field(default_factory=dict)
+    tasks: dict[str, TaskView] = field(default_factory=dict)
+
+    def device(self, device_id: str) -> DeviceView:
+        found = self.devices.get(device_id)
+        if found is None:
+            found = self.devices[device_id] = DeviceView(device_id)
+        return found
+
+    def waiting(self) -> list[TaskView]:
+        return [t for t in self.tasks.values() if t.status == "waiting"]
+
+    def to_place(self) -> list[TaskView]:
+        """Tasks without a device now, in the order they were submitted."""
+        return sorted((t for t in self.tasks.values() if t.needs_placement), key=lambda t: t.order)
+
+    def placed_not_started(self) -> list[TaskView]:
+        return [t for t in self.tasks.values() if t.status == "placed"]
+
+    def apply(self, seq: int, event: Event, at: float) -> Change:
+        """Fold one event (stream sequence `seq`, envelope time `at` in unix seconds). A task
+        event at or before the task's last folded sequence is skipped, so an event placement
+        folded when it published it is not folded twice when it comes back."""
+        if isinstance(event, MeasurementRecorded):
+            return self._measurement(event)
+        if isinstance(event, DeviceRegistered):
+            d = self.device(event.device_id)
+            d.hostname, d.fingerprint, d.local = (
+                event.hostname,
+                dict(event.fingerprint),
+                event.local,
+            )
+            d.registered, d.left = True, False
+            return Change(fleet=True)
+        if isinstance(event, DeviceLeft):
+            self.device(event.device_id).left = True
+            return Change()
+        if isinstance(event, DeviceDraining):
+            self.device(event.device_id).draining = event.draining
+            return Change(fleet=not event.draining)
+        if isinstance(event, DeviceStatusChanged):
+            d = self.device(event.device_id)
+            was, d.online = d.online, event.status == "online"
+            return Change(fleet=d.online and not was)
+        if isinstance(event, ModelPublished):
+            d = self.device(event.device_id)
+            if d.model_version != event.model_version:
+                d.model_version, d.model_artifact = event.model_version, event.artifact
+                d.predicted.clear()
+            return Change(fleet=True)
+        if isinstance(event, TaskSubmitted):
+            if event.task_id in self.tasks:
+                return Change()
+            self.tasks[event.task_id] = TaskView(
+                event.task_id,
+                event.workload,
+                event.size,
+                event.submitted_by,
+                version=seq,
+                order=seq,
+            )
+            return Change(task=event.task_id)
+        task_id = getattr(event, "task_id", None)
+        if task_id is None:
+            return Change()
+        task = self.tasks.get(task_id)
+        if task is None or seq <= task.version:
+            return Change()
+        task.version = seq
+        return self._task(task, event, at)
+
+    def _measurement(self, e: MeasurementRecorded) -> Change:
+        if not measured_ok(e) or e.runtime_s is None:
+            return Change()
+        d = self.device(e.device_id)
+        key = (e.workload, e.size)
+        found = d.best.get(key)
+        if found is not None and found.runtime_s <= e.runtime_s:
+            return Change()
+        d.best[key] = Estimate(e.runtime_s, dict(e.config), "measured", source=e.measurement_id)
+        return Change(fleet=found is None)
+
+    def _unassign(self, task: TaskView) -> None:
+        if task.device_id is not None and task.device_id in self.devices:
+            self.devices[task.device_id].drop(task.task_id)
+
+    def _task(self, task: TaskView, e: Event, at: float) -> Change:
+        if isinstance(e, TaskPlaced):
+            self._unassign(task)
+            task.status, task.attempt, task.device_id = "placed", e.attempt, e.device_id
+            task.config, task.expected_s, task.waiting_for = dict(e.config), e.expected_s, None
+            self.device(e.device_id).add_queued(task.task_id, e.expected_s)
+        elif isinstance(e, TaskWaiting):
+            if task.status in ("submitted", "requeued", "waiting"):
+                task.status, task.waiting_for = "waiting", e.reason
+        elif isinstance(e, TaskStarted):
+            if e.attempt == task.attempt and task.status == "placed":
+                d = self.device(e.device_id)
+                d.drop(task.task_id)
+                d.running[task.task_id] = Running(task.expected_s or 0.0, at)
+                task.status = "running"
+        elif isinstance(e, TaskFinished):
+            if e.attempt == task.attempt:
+                self._unassign(task)
+                task.status = "finished"
+        elif isinstance(e, TaskRunFailed):
+            task.failed_on.add(e.device_id)
+            if e.attempt == task.attempt and task.status in ("placed", "running"):
+                self._unassign(task)
+                task.status = "run_failed"  # the coordinator requeues or fails it
+        elif isinstance(e, TaskRequeued):
+            if e.attempt == task.attempt and task.status not in ("finished", "failed"):
+                self._unassign(task)
+                task.status, task.device_id = "requeued", None
+                return Change(task=task.task_id)
+        elif isinstance(e, TaskFailed):
+            self._unassign(task)
+            task.status, task.device_id = "failed", None
+        return Change()
+
+    def set_liveness(self, online: Mapping[str, bool]) -> list[str]:
+        """Liveness from heartbeats (device id -> heard within offline_after_s) for every known
+        device (missing: offline); the devices that came online."""
+        came: list[str] = []
+        for did, d in self.devices.items():
+            now_online = bool(online.get(did, False))
+            if now_online and not d.online:
+                came.append(did)
+            d.online = now_online
+        return came

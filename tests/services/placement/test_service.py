@@ -1,0 +1,130 @@
+"""The placement service on real NATS: two devices with measurements and heartbeats; a task
+submitted while none is online waits and says so, then goes to the device with the lower
+measured runtime at the configuration of its best run, with its work item on that device's
+queue; the next one counts the first in that device's queue; a restarted service places
+nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.events import (
+    DeviceRegistered,
+    Event,
+    MeasurementRecorded,
+    TaskSubmitted,
+    envelope,
+)
+from hpc_ds1.fleet import liveness
+from hpc_ds1.fleet.work import WorkItem, device_queue
+from hpc_ds1.runtime import run_service
+from hpc_ds1.settings import Settings
+
+WAIT_S = 30.0
+SLOW = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
+FAST = {"ranks": 2, "threads": 1, "tile": 32, "gpu": False}
+
+
+async def publish(bus: EventBus, event: Event) -> int:
+    return await bus.publish(envelope(event, actor="tester", source="test", prefix=bus.prefix))
+
+
+async def task_events(bus: EventBus, task_id: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(env.type, env.data) for _, env in await bus.history("task", task_id)]
+
+
+async def wait_for(bus: EventBus, task_id: str, kind: str) -> dict[str, Any]:
+    end = time.monotonic() + WAIT_S
+    while time.monotonic() < end:
+        found = [data for t, data in await task_events(bus, task_id) if t == kind]
+        if found:
+            return found[-1]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no {kind} for {task_id} within {WAIT_S:g} s")
+
+
+@contextlib.asynccontextmanager
+async def placement(settings: Settings) -> AsyncIterator[None]:
+    assert settings.nats_url and settings.database_url
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_service("placement", settings, settings.nats_url, settings.database_url, stop)
+    )
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+def measurement(mid: str, device_id: str, runtime_s: float, config: dict[str, Any]) -> Event:
+    return MeasurementRecorded(
+        measurement_id=mid,
+        device_id=device_id,
+        workload="nbody",
+        size=512,
+        config=config,
+        status="ok",
+        runtime_s=runtime_s,
+        check_ok=True,
+        purpose="setup",
+    )
+
+
+@pytest.fixture
+async def fleet(settings: Settings, bus: EventBus) -> Any:
+    for device_id in ("dev-a", "dev-b"):
+        await publish(bus, DeviceRegistered(device_id=device_id, hostname=device_id))
+    await publish(bus, measurement("m-a", "dev-a", 2.0, SLOW))
+    await publish(bus, measurement("m-b1", "dev-b", 3.0, SLOW))
+    await publish(bus, measurement("m-b2", "dev-b", 0.5, FAST))
+    return await liveness.liveness_bucket(bus.js, settings)
+
+
+async def test_a_task_goes_to_the_lower_measured_runtime_at_its_best_config(
+    settings: Settings, bus: EventBus, fleet: Any
+) -> None:
+    submit = TaskSubmitted(task_id="t0", workload="nbody", size=512, submitted_by="eng")
+    async with placement(settings):
+        await publish(bus, submit)
+        waiting = await wait_for(bus, "t0", "task.waiting")
+        assert "no device is online (dev-a, dev-b offline)" in waiting["reason"]
+
+        for device_id in ("dev-a", "dev-b"):  # the devices' agents say they are alive
+            await liveness.beat(fleet, liveness.Heartbeat(device_id=device_id, time=time.time()))
+        first = await wait_for(bus, "t0", "task.placed")
+        assert first["device_id"] == "dev-b" and first["attempt"] == 1
+        assert first["config"] == FAST and first["basis"] == "measured"
+        assert first["expected_s"] == 0.5 and first["queue_s"] == 0.0
+        assert first["reason"].startswith(
+            "dev-b: queue 0.0 s + best measured 0.5 s (ranks=2 threads=1 tile=32)"
+        )
+        assert first["runner_up"] == "dev-a"
+
+        queue = await device_queue(bus.js, settings, "dev-b")
+        msgs = await queue.fetch(1, timeout=10)
+        item = WorkItem.model_validate_json(msgs[0].data)
+        await msgs[0].ack()
+        assert (item.task_id, item.attempt, item.device_id) == ("t0", 1, "dev-b")
+        assert item.config == FAST and item.expected_s == 0.5
+
+        # dev-b holds t0 (not started): 0.5 s queued + 0.5 s < dev-a's 2.0 s
+        await publish(bus, submit.model_copy(update={"task_id": "t1"}))
+        second = await wait_for(bus, "t1", "task.placed")
+        assert second["device_id"] == "dev-b" and second["queue_s"] == 0.5
+
+    # A restart folds the log again: nothing is placed twice.
+    async with placement(settings):
+        await publish(bus, submit.model_copy(update={"task_id": "t2"}))
+        third = await wait_for(bus, "t2", "task.placed")
+        assert third["queue_s"] == 1.0  # t0 and t1, both still queued on dev-b
+    for task_id in ("t0", "t1"):
+        kinds = [t for t, _ in await task_events(bus, task_id)]
+        assert kinds.count("task.placed") == 1, kinds
