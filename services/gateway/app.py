@@ -23,6 +23,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import status_subject
 from hpc_ds1.tokens import Principal
 
+from .agent_api import agent_router, body_limits
 from .audit_api import audit_router
 from .auth import auth_router, install_auth, login_exchange, require
 from .decide import decide_router
@@ -32,6 +33,7 @@ from .evaluation_api import evaluation_router
 from .fleet_api import fleet_router
 from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
+from .tasks_api import tasks_router
 
 log = get_logger("gateway")
 
@@ -156,6 +158,8 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app.include_router(sessions_router(settings, bus, engine))
     app.include_router(audit_router(settings, engine))
     app.include_router(evaluation_router(settings, engine))
+    app.include_router(tasks_router(settings, bus, engine))
+    app.include_router(agent_router(settings, bus, engine))
     app.include_router(fleet_router(settings, bus, engine))
     app.include_router(devices_router(settings, bus, engine))
 
@@ -183,7 +187,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
             _error_body(error.detail), status_code=error.status_code, headers=error.headers
         )
 
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt=body_limits(settings))
     app.add_middleware(RequestLog)
     _declare_internal_error(app)
     return app

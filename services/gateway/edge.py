@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -124,16 +124,22 @@ class BodyLimit:
     """Refuses, before anything parses it, a body over `max_bytes`: at once when Content-Length
     says so, or as soon as a chunked body passes the limit (413 either way). Also refuses a
     path or query with control characters (422): they never reach a route, a query or a
-    subject."""
+    subject. `exempt` gives paths their own limit (a model upload: settings.max_model_bytes)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, exempt: Mapping[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.exempt = dict(exempt or {})
 
-    def _too_large(self) -> dict[str, Any]:
+    def _too_large(self, limit: int) -> dict[str, Any]:
+        setting = (
+            "setting HPC_DS1_MAX_BODY_BYTES" if limit == self.max_bytes else "this path's own limit"
+        )
         return {
-            "error": f"the request body is larger than the {self.max_bytes} bytes the gateway "
-            "accepts (setting HPC_DS1_MAX_BODY_BYTES)"
+            "error": f"the request body is larger than the {limit} bytes the gateway "
+            f"accepts ({setting})"
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -154,13 +160,14 @@ class BodyLimit:
                 },
             )
             return
+        limit = self.exempt.get(scope.get("path", ""), self.max_bytes)
         length = _header(scope, b"content-length")
         if length is not None:
             if not length.strip().isdigit():
                 await send_json(send, 400, {"error": "Content-Length must be a whole number"})
                 return
-            if int(length) > self.max_bytes:
-                await send_json(send, 413, self._too_large())
+            if int(length) > limit:
+                await send_json(send, 413, self._too_large(limit))
                 return
         seen = 0
         started = False
@@ -170,8 +177,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge(self._too_large()["error"])
+                if seen > limit:
+                    raise _TooLarge(self._too_large(limit)["error"])
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -185,7 +192,7 @@ class BodyLimit:
         except _TooLarge:
             if started:
                 raise
-            await send_json(send, 413, self._too_large())
+            await send_json(send, 413, self._too_large(limit))
 
 
 class _TooLarge(HTTPException):

@@ -120,3 +120,66 @@ class SessionStartedOut(BaseModel):
     session_id: str
     device_id: str
     start: dict[str, Any]
+
+
+class TaskPlacementOut(BaseModel):
+    """Where the current attempt was placed and why (placement's task.placed event)."""
+
+    device_id: str
+    config: dict[str, Any]
+    expected_s: float | None
+    queue_s: float | None
+    basis: str | None
+    reason: str | None
+    runner_up: str | None
+    guard_rejected: bool
+    candidates: list[dict[str, Any]]
+    attempt: int | None
+
+
+class TaskResultOut(BaseModel):
+    device_id: str | None
+    config: dict[str, Any] | None
+    runtime_s: float | None
+    expected_s: float | None
+    measurement_id: str | None
+
+
+class TaskOut(BaseModel):
+    """A task: submitted, waiting (waiting_for says for what), placed, running, finished
+    (result) or failed (failures: every abandoned attempt's reason)."""
+
+    task_id: str
+    workload: str
+    size: int
+    status: str = Field(description="submitted, waiting, placed, running, finished or failed")
+    submitted_by: str
+    submitted_at: str
+    attempt: int
+    placement: TaskPlacementOut | None = None
+    waiting_for: str | None = None
+    result: TaskResultOut | None = None
+    failures: list[str] = Field(default_factory=list)
+    updated_at: str
+
+
+class TasksPage(BaseModel):
+    tasks: list[TaskOut]
+    next_before: str | None = Field(description="Pass as `before` for the next (older) page.")
+
+
+class AgentResultOut(BaseModel):
+    """Whether a task result was recorded; `why` says why not (it was already)."""
+
+    recorded: bool
+    measurement_id: str | None = None
+    why: str | None = None
+
+
+class MeasurementsUploaded(BaseModel):
+    accepted: int = Field(description="New measurements appended to the log.")
+    known: int = Field(description="Already recorded (by measurement_id): not appended again.")
+
+
+class ModelUploaded(BaseModel):
+    model_version: str

@@ -1,0 +1,793 @@
+"""The agent transport: what a remote device's agent does, over HTTP only, outbound from the
+device (it needs no open port; NATS stays private to the coordinator).
+
+Every call carries the device's own credential (a token of role "agent"); the device is always
+the credential's holder, never a field of the body: a device acts only as itself.
+
+- GET  /v1/agent/work?wait=S           long-poll for the next WorkItem of this device (204 after
+                                       S seconds with none); refreshes the heartbeat meanwhile.
+- POST /v1/agent/heartbeat             what it runs and holds (liveness KV, server time).
+- POST /v1/agent/tasks/{id}/started    the current attempt started.
+- POST /v1/agent/tasks/{id}/result     the attempt's result: a measurement (purpose "task") and
+                                       task.finished or task.run_failed.
+- POST /v1/agent/measurements          its own measurements (≤ 5000 per call), de-duplicated.
+- POST /v1/agent/model                 its own model (raw ONNX), stored in the model bucket.
+
+The long-poll bridges to the device's durable pull consumer on the work stream (fleet/work.py):
+one subscription per device and gateway process, made on the first poll and reused. A waiting
+poll holds no database connection and no thread: it awaits the consumer's fetch. An item whose
+task is no longer placed at that attempt on this device is acked and skipped; one whose row the
+projector has not written yet is waited for (up to LAG_WAIT_S), then put back for a moment.
+
+What the agent reports is appended with deterministic envelope ids (`started-<task>-<attempt>`,
+`finished-…`, `runfailed-…`, `measurement-<id>`, `model-<device>-<version>`): the log stores a
+repeated report once, and the task's row (or the measurement already projected) tells a late
+repeat that it was recorded before."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final, Literal
+
+import orjson
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import FetchTimeoutError, NoStreamResponseError
+from nats.js.kv import KeyValue
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy import Engine, select
+
+from hpc_ds1.bus import PUBLISH_RETRY_S, EventBus
+from hpc_ds1.db import tables
+from hpc_ds1.events import (
+    Envelope,
+    Event,
+    MeasurementRecorded,
+    ModelPublished,
+    TaskFinished,
+    TaskRunFailed,
+    TaskStarted,
+)
+from hpc_ds1.events.base import subject_for
+from hpc_ds1.fleet.liveness import Heartbeat, beat, last_beat, liveness_bucket
+from hpc_ds1.fleet.work import WorkItem, device_queue
+from hpc_ds1.log import get_logger
+from hpc_ds1.models_store import models_bucket
+from hpc_ds1.requests import (
+    MAX_NOTE,
+    MAX_RUNTIME_S,
+    MAX_THROUGHPUT,
+    SAFE_ID,
+    SAFE_ID_PATTERN,
+    Size,
+    Text,
+    WorkloadName,
+)
+from hpc_ds1.settings import Settings
+from hpc_ds1.tokens import Principal
+
+from .auth import require
+from .schemas import (
+    E404,
+    E409,
+    E413,
+    WRITE_ERRORS,
+    AgentResultOut,
+    MeasurementsUploaded,
+    ModelUploaded,
+)
+from .tasks_api import TaskId, task_state
+
+log = get_logger("gateway.agent")
+
+LAG_WAIT_S: Final = 1.0  # how long a report waits for the projector to write its task's row
+MAX_MEASUREMENTS: Final = 5000
+# A full upload of MAX_MEASUREMENTS is a few MiB of JSON: past the gateway's general body limit.
+MEASUREMENTS_BODY_BYTES: Final = 8 << 20
+MEASUREMENTS_PATH: Final = "/v1/agent/measurements"
+MODEL_PATH: Final = "/v1/agent/model"
+MAX_METRICS_BYTES: Final = 16 << 10
+_MEASUREMENT_ID: Final = r"^[A-Za-z0-9_\-:]{1,128}$"
+_DONE: Final = frozenset({"finished", "failed"})
+_ACTIVE: Final = frozenset({"placed", "running"})
+
+
+def body_limits(settings: Settings) -> dict[str, int]:
+    """Paths whose bodies may exceed settings.max_body_bytes, and their own limits (for
+    edge.BodyLimit): a model upload and a full measurements upload."""
+    return {
+        MODEL_PATH: settings.max_model_bytes,
+        MEASUREMENTS_PATH: max(settings.max_body_bytes, MEASUREMENTS_BODY_BYTES),
+    }
+
+
+# --- bodies --------------------------------------------------------------------------------
+
+
+class RanConfig(BaseModel):
+    """The configuration a job ran with (every field: it ran, so its tile is known)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    ranks: int = Field(ge=1, le=4096)
+    threads: int = Field(ge=1, le=4096)
+    tile: int = Field(ge=1, le=1 << 24)
+    gpu: bool = False
+
+
+Seconds = Annotated[float, Field(ge=0, le=MAX_RUNTIME_S, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e300, le=1e300)]
+Throughput = Annotated[float, Field(ge=0, le=MAX_THROUGHPUT, allow_inf_nan=False)]
+Spread = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+RunStatus = Literal["ok", "failed", "timed_out", "wrong_answer"]
+
+
+class HeartbeatBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    running: str | None = Field(
+        default=None, pattern=SAFE_ID_PATTERN, description="The task id it is running."
+    )
+    running_for_s: Seconds | None = None
+    queued: int = Field(default=0, ge=0, le=100_000, description="Tasks held, not started.")
+
+
+class StartedBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempt: int = Field(ge=1, le=1_000_000)
+
+
+class ResultBody(BaseModel):
+    """One attempt's outcome, as the device measured it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempt: int = Field(ge=1, le=1_000_000)
+    status: RunStatus
+    config: RanConfig
+    runtime_s: Seconds | None = None
+    spread: Spread | None = None
+    repeats: int = Field(default=1, ge=1, le=1000)
+    check_ok: bool | None = None
+    check_error: Finite | None = None
+    throughput: Throughput | None = None
+    throughput_unit: Text | None = None
+    error: str | None = Field(default=None, max_length=MAX_NOTE)
+
+    @model_validator(mode="after")
+    def _ok_has_runtime(self) -> ResultBody:
+        if self.status == "ok" and self.runtime_s is None:
+            raise ValueError("a result with status ok needs runtime_s")
+        return self
+
+
+class MeasurementIn(BaseModel):
+    """A measurement.recorded event's fields without device_id: the credential names it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    measurement_id: str = Field(pattern=_MEASUREMENT_ID)
+    workload: WorkloadName
+    size: Size
+    config: RanConfig
+    status: RunStatus
+    runtime_s: Seconds | None = None
+    throughput: Throughput | None = None
+    throughput_unit: Text | None = None
+    repeats: int = Field(default=1, ge=1, le=1000)
+    spread: Spread | None = None
+    check_ok: bool | None = None
+    check_error: Finite | None = None
+    held_out: bool = False
+    purpose: str = Field(default="run", pattern=r"^[a-z_]{1,32}$")
+
+
+class MeasurementsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    measurements: list[MeasurementIn] = Field(max_length=MAX_MEASUREMENTS)
+
+
+# --- appending -----------------------------------------------------------------------------
+
+
+def _envelope(
+    settings: Settings, event: Event, env_id: str, actor: str, correlation_id: str | None = None
+) -> Envelope:
+    return Envelope(
+        id=env_id,
+        type=event.event_type(),
+        version=event.version,
+        subject=subject_for(settings.subject_prefix, event),
+        actor=actor,
+        source="gateway",
+        correlation_id=correlation_id or env_id,
+        data=event.model_dump(mode="json"),
+    )
+
+
+async def append(bus: EventBus, env: Envelope) -> bool:
+    """Append `env` (its id as Nats-Msg-Id); False when the log already held that id (within
+    its de-duplication window). An unanswered append is sent again, as bus.publish does."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PUBLISH_RETRY_S
+    while True:
+        try:
+            ack = await bus.js.publish(
+                env.subject, env.to_json(), stream=bus.stream, headers={"Nats-Msg-Id": env.id}
+            )
+        except (NatsTimeout, NoStreamResponseError) as error:
+            if loop.time() >= deadline:
+                raise
+            log.warning("publish_retry", subject=env.subject, error=repr(error))
+            await asyncio.sleep(0.25)
+            continue
+        return not ack.duplicate
+
+
+def _known_measurements(engine: Engine, ids: list[str]) -> set[str]:
+    t = tables.measurements
+    found: set[str] = set()
+    with engine.connect() as conn:
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            query = select(t.c.measurement_id).where(t.c.measurement_id.in_(chunk))
+            found.update(conn.execute(query).scalars())
+    return found
+
+
+def _measured_by(engine: Engine, measurement_id: str) -> str | None:
+    """The device of a measurement already projected, or None."""
+    t = tables.measurements
+    with engine.connect() as conn:
+        query = select(t.c.device_id).where(t.c.measurement_id == measurement_id)
+        found = conn.execute(query).scalar()
+    return str(found) if found is not None else None
+
+
+def _model_row(engine: Engine, version: str) -> dict[str, Any] | None:
+    t = tables.models
+    with engine.connect() as conn:
+        row = conn.execute(select(t).where(t.c.model_version == version)).mappings().first()
+    return dict(row) if row is not None else None
+
+
+def _load_model(data: bytes) -> None:
+    from hpc_ds1.model import Model  # onnxruntime: imported on the first upload, in a thread
+
+    Model.from_onnx(data)
+
+
+# --- the work queues -----------------------------------------------------------------------
+
+
+@dataclass
+class _DeviceQueue:
+    sub: Any  # the durable pull subscription on the device's queue
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    fetching: asyncio.Future[Any] | None = None  # the waiting fetch of the poll holding `lock`
+
+
+@dataclass
+class _Reported:
+    """What the device last said in a heartbeat, to repeat when a poll refreshes it."""
+
+    running: str | None = None
+    running_for_s: float | None = None
+    queued: int = 0
+    at: float = field(default_factory=time.monotonic)
+    beaten: float = 0.0  # monotonic time of the last put to the bucket
+
+
+class AgentBridge:
+    """The gateway process's side of the devices' queues and heartbeats."""
+
+    def __init__(self, settings: Settings, bus: EventBus, engine: Engine) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.engine = engine
+        self.queues: dict[str, _DeviceQueue] = {}
+        self._making: dict[str, asyncio.Future[_DeviceQueue]] = {}
+        self._kv: KeyValue | None = None
+        self._reported: dict[str, _Reported] = {}
+        self._polling: dict[str, int] = {}
+        self._beater: asyncio.Task[None] | None = None
+
+    # heartbeats ------------------------------------------------------------------------
+
+    async def kv(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await liveness_bucket(self.bus.js, self.settings)
+        return self._kv
+
+    async def report(self, device: str, body: HeartbeatBody) -> None:
+        """An explicit heartbeat: remember what it says and put it now."""
+        self._reported[device] = _Reported(body.running, body.running_for_s, body.queued)
+        await self._beat(device, force=True)
+
+    async def _beat(self, device: str, force: bool = False) -> None:
+        now = time.monotonic()
+        known = self._reported.get(device)
+        if known is None:
+            known = await self._from_bucket(device)
+        if not force and now - known.beaten < min(1.0, self.settings.heartbeat_interval_s / 2):
+            return
+        running_for = None
+        if known.running is not None and known.running_for_s is not None:
+            running_for = known.running_for_s + (now - known.at)
+        heartbeat = Heartbeat(
+            device_id=device,
+            time=time.time(),
+            running=known.running,
+            running_for_s=running_for,
+            queued=known.queued,
+        )
+        known.beaten = now
+        await beat(await self.kv(), heartbeat)
+
+    async def _from_bucket(self, device: str) -> _Reported:
+        """What another gateway process (or this one before a restart) last put."""
+        found = None
+        try:
+            found = await last_beat(await self.kv(), device)
+        except Exception as error:
+            log.warning("heartbeat_read_failed", device_id=device, error=repr(error)[:200])
+        known = _Reported()
+        if found is not None:
+            known = _Reported(found.running, found.running_for_s, found.queued)
+            known.at -= max(0.0, time.time() - found.time)
+        self._reported[device] = known
+        return known
+
+    async def _keep_beating(self) -> None:
+        """While devices hold polls open, put their heartbeats every heartbeat_interval_s (a
+        poll lasts longer than a device may stay silent)."""
+        while self._polling:
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            devices = list(self._polling)
+            results = await asyncio.gather(
+                *(self._beat(d, force=True) for d in devices), return_exceptions=True
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                log.warning("heartbeats_failed", count=len(failed), error=repr(failed[0])[:200])
+
+    def _polls(self, device: str, delta: int) -> None:
+        count = self._polling.get(device, 0) + delta
+        if count > 0:
+            self._polling[device] = count
+        else:
+            self._polling.pop(device, None)
+        if self._polling and (self._beater is None or self._beater.done()):
+            self._beater = asyncio.create_task(self._keep_beating(), name="agent-heartbeats")
+
+    # the queue -------------------------------------------------------------------------
+
+    async def queue(self, device: str) -> _DeviceQueue:
+        """The device's subscription, made on its first poll (one at a time per device)."""
+        found = self.queues.get(device)
+        if found is not None:
+            return found
+        making = self._making.get(device)
+        if making is None:
+            making = asyncio.ensure_future(self._subscribe(device))
+            self._making[device] = making
+            making.add_done_callback(lambda _: self._making.pop(device, None))
+        return await asyncio.shield(making)
+
+    async def _subscribe(self, device: str) -> _DeviceQueue:
+        sub = await device_queue(self.bus.js, self.settings, device)
+        made = _DeviceQueue(sub)
+        self.queues[device] = made
+        return made
+
+    async def poll(
+        self, device: str, wait_s: float, gone: Callable[[], Awaitable[bool]]
+    ) -> WorkItem | None:
+        """The device's next current WorkItem within `wait_s`, acked; None when none came. A
+        newer poll of the same device ends this one (its agent came back on a new connection).
+        `gone()` says whether the caller hung up: an item is then put back, not handed out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        self._polls(device, +1)
+        try:
+            try:
+                await self._beat(device)
+            except Exception as error:
+                log.warning("heartbeat_failed", device_id=device, error=repr(error)[:200])
+            queue = await self.queue(device)
+            if queue.fetching is not None:
+                queue.fetching.cancel()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await queue.lock.acquire()
+            except TimeoutError:
+                return None
+            try:
+                return await self._take(queue, device, deadline, gone)
+            finally:
+                queue.lock.release()
+        finally:
+            self._polls(device, -1)
+
+    async def _take(
+        self,
+        queue: _DeviceQueue,
+        device: str,
+        deadline: float,
+        gone: Callable[[], Awaitable[bool]],
+    ) -> WorkItem | None:
+        loop = asyncio.get_running_loop()
+        while (remaining := deadline - loop.time()) > 0.01:
+            fetching = asyncio.ensure_future(queue.sub.fetch(1, timeout=remaining))
+            queue.fetching = fetching
+            try:
+                await asyncio.wait({fetching})
+            finally:
+                if queue.fetching is fetching:
+                    queue.fetching = None
+            if fetching.cancelled():
+                return None  # superseded by a newer poll of this device
+            error = fetching.exception()
+            if isinstance(error, NatsTimeout | FetchTimeoutError | TimeoutError):
+                return None
+            if error is not None:
+                raise error
+            msg = fetching.result()[0]
+            verdict, item = await self._vet(msg.data, device)
+            if verdict == "current" and item is not None:
+                if await gone():
+                    await msg.nak()
+                    log.info("work_put_back", device_id=device, task_id=item.task_id)
+                    return None
+                await msg.ack()
+                log.info("work_handed_out", device_id=device, task_id=item.task_id)
+                return item
+            if verdict == "lagging":
+                await msg.nak(delay=LAG_WAIT_S)
+            else:
+                await msg.ack()
+        return None
+
+    async def _vet(self, data: bytes, device: str) -> tuple[str, WorkItem | None]:
+        """current: the task is placed at this attempt on this device; stale: it is not (any
+        more); lagging: its row does not show the attempt yet (the projector is behind)."""
+        try:
+            item = WorkItem.model_validate_json(data)
+        except ValueError as error:
+            log.error("work_item_unreadable", device_id=device, error=str(error)[:300])
+            return "stale", None
+        if item.device_id != device:
+            log.error("work_item_misrouted", device_id=device, item_device=item.device_id)
+            return "stale", None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LAG_WAIT_S
+        while True:
+            row = await asyncio.to_thread(task_state, self.engine, item.task_id)
+            if (
+                row is not None
+                and row["attempt"] == item.attempt
+                and row["device_id"] == device
+                and row["status"] == "placed"
+            ):
+                return "current", item
+            lagging = row is None or row["attempt"] < item.attempt
+            if not lagging:
+                log.info(
+                    "work_item_stale",
+                    device_id=device,
+                    task_id=item.task_id,
+                    attempt=item.attempt,
+                    task_attempt=row["attempt"] if row else None,
+                    task_status=row["status"] if row else None,
+                )
+                return "stale", item
+            if loop.time() >= deadline:
+                log.warning("work_item_lagging", task_id=item.task_id, attempt=item.attempt)
+                return "lagging", item
+            await asyncio.sleep(0.05)
+
+
+async def device_of(principal: Annotated[Principal, Depends(require("agent"))]) -> str:
+    """The caller's device: the holder of its agent token, never a field of the request."""
+    if not SAFE_ID.match(principal.name):
+        raise HTTPException(403, f"the agent token's holder {principal.name!r} is not a device id")
+    return principal.name
+
+
+Device = Annotated[str, Depends(device_of)]
+
+
+# --- the task reports ----------------------------------------------------------------------
+
+
+async def _current_task(
+    engine: Engine, task_id: str, attempt: int, device: str
+) -> tuple[dict[str, Any], str | None]:
+    """The task's row once it shows `attempt` (waiting up to LAG_WAIT_S for the projector),
+    and None, or a reason the attempt is over ('done'). Raises 404, 409 or 403."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LAG_WAIT_S
+    while True:
+        row = await asyncio.to_thread(task_state, engine, task_id)
+        if (row is not None and row["attempt"] >= attempt) or loop.time() >= deadline:
+            break
+        await asyncio.sleep(0.05)
+    if row is None:
+        raise HTTPException(404, f"no task {task_id}")
+    where = row["device_id"] or "no device"
+    if row["attempt"] != attempt:
+        raise HTTPException(
+            409,
+            f"attempt {attempt} of task {task_id} is not current: the task is at attempt "
+            f"{row['attempt']} ({row['status']}, on {where})",
+        )
+    if row["device_id"] != device:
+        raise HTTPException(
+            403, f"{device} may not report on task {task_id}: attempt {attempt} is on {where}"
+        )
+    if row["status"] in _DONE:
+        return row, f"task {task_id} is already {row['status']}"
+    if row["status"] not in _ACTIVE:
+        raise HTTPException(
+            409,
+            f"attempt {attempt} of task {task_id} is no longer current: the task is "
+            f"{row['status']}, to be placed again",
+        )
+    return row, None
+
+
+def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
+    """The /v1/agent/* endpoints. Wire edge.BodyLimit with `body_limits(settings)` as its
+    exemptions so model and measurement uploads get their own limits."""
+    router = APIRouter(tags=["agent"])
+    bridge = AgentBridge(settings, bus, engine)
+    router.bridge = bridge  # type: ignore[attr-defined]  # for tests and the benchmark
+
+    @router.get(
+        "/v1/agent/work",
+        response_model=WorkItem,
+        responses={**WRITE_ERRORS, 204: {"description": "No work came within `wait`."}},
+    )
+    async def work(
+        request: Request,
+        device: Device,
+        wait: float = Query(
+            settings.long_poll_s,
+            gt=0,
+            le=settings.long_poll_s,
+            description=f"Seconds to wait for work, at most {settings.long_poll_s:g}.",
+        ),
+    ) -> Any:
+        """The device's next task attempt (long-poll): 200 with the WorkItem as soon as one is
+        there, 204 after `wait` seconds without one. Also keeps its heartbeat fresh."""
+        item = await bridge.poll(device, wait, request.is_disconnected)
+        if item is None:
+            return Response(status_code=204)
+        return item
+
+    @router.post("/v1/agent/heartbeat", status_code=204, responses=WRITE_ERRORS)
+    async def heartbeat(body: HeartbeatBody, device: Device) -> Response:
+        """What the device runs and holds; stored with the server's time (liveness bucket)."""
+        await bridge.report(device, body)
+        return Response(status_code=204)
+
+    @router.post(
+        "/v1/agent/tasks/{task_id}/started",
+        status_code=204,
+        responses={**WRITE_ERRORS, **E404, **E409},
+    )
+    async def started(task_id: TaskId, body: StartedBody, device: Device) -> Response:
+        """The device started the attempt (409 when the attempt is not current, 403 when it is
+        another device's)."""
+        row, done = await _current_task(engine, task_id, body.attempt, device)
+        if done is not None:
+            raise HTTPException(409, f"{done}: it cannot start again")
+        if row["status"] == "placed":
+            event = TaskStarted(task_id=task_id, attempt=body.attempt, device_id=device)
+            env_id = f"started-{task_id}-{body.attempt}"
+            await append(bus, _envelope(settings, event, env_id, device, task_id))
+        return Response(status_code=204)
+
+    @router.post(
+        "/v1/agent/tasks/{task_id}/result",
+        responses={**WRITE_ERRORS, **E404, **E409},
+    )
+    async def result(task_id: TaskId, body: ResultBody, device: Device) -> AgentResultOut:
+        """The attempt's result: recorded once (a measurement of purpose "task", then
+        task.finished, or task.run_failed when it did not run to a correct end)."""
+        measurement_id = f"task-{task_id}-{body.attempt}"
+        recorded_by = await asyncio.to_thread(_measured_by, engine, measurement_id)
+        if recorded_by is not None:
+            if recorded_by != device:
+                raise HTTPException(
+                    403,
+                    f"{device} may not report on task {task_id}: attempt {body.attempt} ran on "
+                    f"{recorded_by}",
+                )
+            return AgentResultOut(
+                recorded=False,
+                measurement_id=measurement_id,
+                why=f"the result of attempt {body.attempt} of task {task_id} was recorded before",
+            )
+        row, done = await _current_task(engine, task_id, body.attempt, device)
+        if done is not None:
+            return AgentResultOut(recorded=False, why=done)
+        measurement = MeasurementRecorded(
+            measurement_id=measurement_id,
+            device_id=device,
+            workload=row["workload"],
+            size=row["size"],
+            config=body.config.model_dump(),
+            status=body.status,
+            runtime_s=body.runtime_s,
+            throughput=body.throughput,
+            throughput_unit=body.throughput_unit,
+            repeats=body.repeats,
+            spread=body.spread,
+            check_ok=body.check_ok,
+            check_error=body.check_error,
+            purpose="task",
+        )
+        fresh = await append(
+            bus, _envelope(settings, measurement, f"measurement-{measurement_id}", device, task_id)
+        )
+        outcome: Event
+        if body.status == "ok" and body.check_ok is not False and body.runtime_s is not None:
+            outcome = TaskFinished(
+                task_id=task_id,
+                attempt=body.attempt,
+                device_id=device,
+                config=body.config.model_dump(),
+                runtime_s=body.runtime_s,
+                expected_s=row["expected_s"],
+                measurement_id=measurement_id,
+                check_ok=body.check_ok,
+            )
+            env_id = f"finished-{task_id}-{body.attempt}"
+        else:
+            outcome = TaskRunFailed(
+                task_id=task_id,
+                attempt=body.attempt,
+                device_id=device,
+                error=_failure(body),
+            )
+            env_id = f"runfailed-{task_id}-{body.attempt}"
+        # Appended even when the measurement was a repeat: a report cut off between the two
+        # appends completes on its retry, and a complete one is stored once either way.
+        fresh = await append(bus, _envelope(settings, outcome, env_id, device, task_id)) or fresh
+        if not fresh:
+            return AgentResultOut(
+                recorded=False,
+                measurement_id=measurement_id,
+                why=f"the result of attempt {body.attempt} of task {task_id} was recorded before",
+            )
+        log.info("task_result", device_id=device, task_id=task_id, status=body.status)
+        return AgentResultOut(recorded=True, measurement_id=measurement_id)
+
+    @router.post(MEASUREMENTS_PATH, responses=WRITE_ERRORS)
+    async def measurements(body: MeasurementsBody, device: Device) -> MeasurementsUploaded:
+        """The device's own measurements (at most 5000 a call), recorded under its identity:
+        one already recorded (by measurement_id) is counted as known, not appended again."""
+        unique: dict[str, MeasurementIn] = {}
+        for m in body.measurements:
+            unique.setdefault(m.measurement_id, m)
+        known = await asyncio.to_thread(_known_measurements, engine, list(unique))
+        envs = [
+            _envelope(
+                settings,
+                MeasurementRecorded(device_id=device, **m.model_dump()),
+                f"measurement-{m.measurement_id}",
+                device,
+            )
+            for m in unique.values()
+            if m.measurement_id not in known
+        ]
+        accepted = 0
+        for start in range(0, len(envs), 256):
+            chunk = envs[start : start + 256]
+            accepted += sum(await asyncio.gather(*(append(bus, e) for e in chunk)))
+        log.info("measurements_uploaded", device_id=device, accepted=accepted)
+        return MeasurementsUploaded(accepted=accepted, known=len(body.measurements) - accepted)
+
+    @router.post(
+        MODEL_PATH,
+        status_code=201,
+        responses={**WRITE_ERRORS, **E409, **E413},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                },
+            }
+        },
+    )
+    async def model(
+        request: Request,
+        device: Device,
+        version: str = Query(pattern=SAFE_ID_PATTERN, description="The model's version."),
+        sha256: str = Query(pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 of the body."),
+        trained_on: int = Query(ge=0, le=1 << 40, description="Measurements it was trained on."),
+        x_model_metrics: str | None = Header(
+            None, max_length=MAX_METRICS_BYTES, description="Its metrics, a JSON object."
+        ),
+    ) -> ModelUploaded:
+        """The device's own model: the ONNX file as the body. Checked (SHA-256, loads as an
+        hpc_ds1 model), stored in the model bucket as `<device>/<version>.onnx` and published
+        as model version `<device>:<version>`. The same version again is accepted once more,
+        with the same bytes only."""
+        metrics = _metrics(x_model_metrics)
+        data = await request.body()
+        if not data:
+            raise _invalid("the body must be the model's ONNX bytes (application/octet-stream)")
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != sha256.lower():
+            raise _invalid(f"the body's SHA-256 is {digest}, not the sha256 given ({sha256})")
+        model_version = f"{device}:{version}"
+        known = await asyncio.to_thread(_model_row, engine, model_version)
+        if known is not None and known["sha256"] != digest:
+            raise HTTPException(
+                409,
+                f"model {model_version} is already published with other bytes: use a new version",
+            )
+        try:
+            await asyncio.to_thread(_load_model, data)
+        except Exception as error:
+            raise _invalid(
+                f"the body is not an hpc_ds1 ONNX model ({type(error).__name__}: "
+                f"{str(error)[:200]})"
+            ) from None
+        artifact = f"{device}/{version}.onnx"
+        store = await models_bucket(bus.js, settings)
+        assert store is not None
+        await store.put(artifact, data)
+        event = ModelPublished(
+            model_version=model_version,
+            device_id=device,
+            artifact=artifact,
+            sha256=digest,
+            metrics=metrics,
+            trained_on=trained_on,
+        )
+        await append(bus, _envelope(settings, event, f"model-{device}-{version}", device))
+        log.info("model_uploaded", device_id=device, model_version=model_version, bytes=len(data))
+        return ModelUploaded(model_version=model_version)
+
+    return router
+
+
+_FAILURES: Final = {
+    "ok": "wrong answer (its check failed)",
+    "failed": "the run failed",
+    "timed_out": "the run timed out",
+    "wrong_answer": "wrong answer (its check failed)",
+}
+
+
+def _failure(body: ResultBody) -> str:
+    return f"{_FAILURES[body.status]}: {body.error}" if body.error else _FAILURES[body.status]
+
+
+def _invalid(message: str) -> HTTPException:
+    return HTTPException(422, message)
+
+
+def _metrics(header: str | None) -> dict[str, Any]:
+    if header is None:
+        return {}
+    try:
+        value = orjson.loads(header)
+    except orjson.JSONDecodeError:
+        raise _invalid("the X-Model-Metrics header must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise _invalid("the X-Model-Metrics header must be a JSON object")
+    return value
+
+
+__all__ = ["AgentBridge", "agent_router", "append", "body_limits"]

@@ -1,0 +1,438 @@
+"""The agent transport on real NATS and Postgres: each device's work comes only to its own
+long-poll, a device reports only on its own current attempt, a result posted twice is recorded
+once, stale work is skipped and work the projector has not caught up with is not lost,
+measurements and models are recorded under the credential's device whatever the body says."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from sqlalchemy import Engine, select
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.db import tables
+from hpc_ds1.events import (
+    TaskPlaced,
+    TaskRequeued,
+    TaskSubmitted,
+    TokenCreated,
+    decode,
+)
+from hpc_ds1.fleet.liveness import last_beat, liveness_bucket
+from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
+from hpc_ds1.model import TrainedModel
+from hpc_ds1.models_store import models_bucket
+from hpc_ds1.services.gateway import create_app
+from hpc_ds1.settings import Settings
+from hpc_ds1.tokens import new_token, token_hash
+
+from .conftest import as_role, asgi_client, fold, role_token_events
+
+DEVICE_TOKENS = {d: new_token() for d in ("dev-a", "dev-b")}
+CONFIG = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
+
+
+def as_device(device: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {DEVICE_TOKENS[device]}"}
+
+
+def device_token_events() -> list[TokenCreated]:
+    return [
+        TokenCreated(token_id=f"tok_{d}", holder=d, role="agent", sha256=token_hash(t))
+        for d, t in DEVICE_TOKENS.items()
+    ]
+
+
+@pytest.fixture
+async def http(
+    settings: Settings, bus: EventBus, engine: Engine
+) -> AsyncIterator[httpx.AsyncClient]:
+    await fold(settings, bus, engine, *role_token_events(), *device_token_events())
+    await ensure_work_stream(bus.js, settings)
+    async for client in asgi_client(create_app(settings, bus, engine), timeout=60):
+        yield client
+
+
+def placed(task_id: str, device: str, attempt: int = 1) -> list[Any]:
+    events: list[Any] = [
+        TaskPlaced(
+            task_id=task_id,
+            attempt=attempt,
+            device_id=device,
+            config=CONFIG,
+            expected_s=2.0,
+            queue_s=0.0,
+            basis="measured",
+            reason=f"{device}: best measured 2.0 s",
+        )
+    ]
+    if attempt == 1:
+        events.insert(0, TaskSubmitted(task_id=task_id, workload="gemm", size=64, submitted_by="t"))
+    return events
+
+
+def item(task_id: str, device: str, attempt: int = 1) -> WorkItem:
+    return WorkItem(
+        task_id=task_id,
+        attempt=attempt,
+        device_id=device,
+        workload="gemm",
+        size=64,
+        config=CONFIG,
+        expected_s=2.0,
+    )
+
+
+async def place(
+    settings: Settings, bus: EventBus, engine: Engine, task_id: str, device: str
+) -> None:
+    await fold(settings, bus, engine, *placed(task_id, device))
+    await enqueue(bus.js, settings, item(task_id, device))
+
+
+async def events_of(bus: EventBus, event_type: str) -> list[dict[str, Any]]:
+    found = []
+    async for chunk in bus.replay():
+        for raw in chunk:
+            env = decode(raw.data, raw.subject)
+            if env.type == event_type:
+                found.append({**env.data, "_actor": env.actor, "_id": env.id})
+    return found
+
+
+def task_row(engine: Engine, task_id: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = conn.execute(select(tables.tasks).where(tables.tasks.c.task_id == task_id))
+        return dict(row.mappings().one())
+
+
+RESULT = {"attempt": 1, "status": "ok", "config": CONFIG, "runtime_s": 1.5, "check_ok": True}
+
+
+async def test_work_reaches_only_its_own_device_and_the_poll_keeps_it_alive(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    await place(settings, bus, engine, "t-one", "dev-a")
+
+    # dev-b's poll gets nothing and is held for its `wait`; dev-a's gets the item at once.
+    started = time.monotonic()
+    other = await http.get("/v1/agent/work", params={"wait": 0.6}, headers=as_device("dev-b"))
+    assert other.status_code == 204 and other.content == b""
+    assert time.monotonic() - started >= 0.55
+    got = await http.get("/v1/agent/work", params={"wait": 5}, headers=as_device("dev-a"))
+    assert got.status_code == 200
+    assert WorkItem.model_validate(got.json()) == item("t-one", "dev-a")
+    # Handed out once: acked, so the next poll finds nothing.
+    again = await http.get("/v1/agent/work", params={"wait": 0.3}, headers=as_device("dev-a"))
+    assert again.status_code == 204
+
+    # Both polls refreshed their device's heartbeat, stamped with the server's time.
+    kv = await liveness_bucket(bus.js, settings)
+    for device in ("dev-a", "dev-b"):
+        beat = await last_beat(kv, device)
+        assert beat is not None and abs(beat.time - time.time()) < 30
+
+    # Longer than allowed, a person's token, or no token: refused.
+    too_long = await http.get(
+        "/v1/agent/work", params={"wait": settings.long_poll_s + 1}, headers=as_device("dev-a")
+    )
+    assert too_long.status_code == 422
+    person = await http.get("/v1/agent/work", params={"wait": 0.1}, headers=as_role("admin"))
+    assert person.status_code == 403 and "agent token" in person.json()["error"]
+    assert (await http.get("/v1/agent/work", params={"wait": 0.1})).status_code == 401
+
+
+async def test_a_newer_poll_of_the_same_device_takes_over(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    """An agent that lost its connection polls again: the old, orphaned poll ends and the new
+    one gets the work (it does not wait behind the old poll's `wait`)."""
+    old = asyncio.create_task(
+        http.get("/v1/agent/work", params={"wait": 20}, headers=as_device("dev-a"))
+    )
+    await asyncio.sleep(0.5)
+    new = asyncio.create_task(
+        http.get("/v1/agent/work", params={"wait": 20}, headers=as_device("dev-a"))
+    )
+    assert (await asyncio.wait_for(old, 10)).status_code == 204
+    await place(settings, bus, engine, "t-new", "dev-a")
+    got = await asyncio.wait_for(new, 10)
+    assert got.status_code == 200 and got.json()["task_id"] == "t-new"
+
+
+async def test_stale_work_is_skipped_and_lagging_work_is_not_lost(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    # Attempt 1 went to dev-a, was requeued and placed again on dev-b: dev-a's item is stale.
+    await place(settings, bus, engine, "t-stale", "dev-a")
+    requeue = TaskRequeued(task_id="t-stale", attempt=1, device_id="dev-a", reason="test")
+    await fold(settings, bus, engine, requeue, *placed("t-stale", "dev-b", attempt=2))
+    await place(settings, bus, engine, "t-fresh", "dev-a")
+    got = await http.get("/v1/agent/work", params={"wait": 5}, headers=as_device("dev-a"))
+    assert got.status_code == 200 and got.json()["task_id"] == "t-fresh"
+    assert (
+        await http.get("/v1/agent/work", params={"wait": 0.3}, headers=as_device("dev-a"))
+    ).status_code == 204  # the stale item was acked and dropped, not handed out later
+
+    # Queued before the projector wrote the task's row: the poll waits for the row.
+    await bus.publish_many([_env(settings, e) for e in placed("t-lag", "dev-a")], window=1)
+    await enqueue(bus.js, settings, item("t-lag", "dev-a"))
+    poll = asyncio.create_task(
+        http.get("/v1/agent/work", params={"wait": 5}, headers=as_device("dev-a"))
+    )
+    await asyncio.sleep(0.4)
+    await fold(settings, bus, engine)
+    got = await poll
+    assert got.status_code == 200 and got.json()["task_id"] == "t-lag"
+
+    # Never projected within the poll: not handed out, not dropped either.
+    await bus.publish_many([_env(settings, e) for e in placed("t-later", "dev-a")], window=1)
+    await enqueue(bus.js, settings, item("t-later", "dev-a"))
+    empty = await http.get("/v1/agent/work", params={"wait": 1.5}, headers=as_device("dev-a"))
+    assert empty.status_code == 204
+    await fold(settings, bus, engine)
+    got = await http.get("/v1/agent/work", params={"wait": 5}, headers=as_device("dev-a"))
+    assert got.status_code == 200 and got.json()["task_id"] == "t-later"
+
+
+def _env(settings: Settings, event: Any) -> Any:
+    from hpc_ds1.events import envelope
+
+    return envelope(event, actor="placement", source="test", prefix=settings.subject_prefix)
+
+
+async def test_a_result_posted_twice_is_recorded_once(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    await place(settings, bus, engine, "t-twice", "dev-a")
+    assert (
+        await http.get("/v1/agent/work", params={"wait": 5}, headers=as_device("dev-a"))
+    ).status_code == 200
+    url = "/v1/agent/tasks/t-twice"
+    started = await http.post(f"{url}/started", json={"attempt": 1}, headers=as_device("dev-a"))
+    assert started.status_code == 204
+    await fold(settings, bus, engine)
+    assert task_row(engine, "t-twice")["status"] == "running"
+
+    first = await http.post(f"{url}/result", json=RESULT, headers=as_device("dev-a"))
+    assert first.status_code == 200, first.text
+    assert first.json() == {"recorded": True, "measurement_id": "task-t-twice-1", "why": None}
+    # Again before the projector saw it (the log's de-duplication), and after (the row).
+    second = await http.post(f"{url}/result", json=RESULT, headers=as_device("dev-a"))
+    assert second.status_code == 200 and second.json()["recorded"] is False
+    await fold(settings, bus, engine)
+    third = await http.post(f"{url}/result", json=RESULT, headers=as_device("dev-a"))
+    assert third.status_code == 200 and third.json()["recorded"] is False
+    assert "recorded before" in third.json()["why"]
+
+    finished = await events_of(bus, "task.finished")
+    assert len(finished) == 1 and finished[0]["device_id"] == "dev-a"
+    assert finished[0]["runtime_s"] == 1.5 and finished[0]["expected_s"] == 2.0
+    measured = await events_of(bus, "measurement.recorded")
+    assert len(measured) == 1
+    assert measured[0]["purpose"] == "task" and measured[0]["device_id"] == "dev-a"
+    assert measured[0]["workload"] == "gemm" and measured[0]["config"] == CONFIG
+    assert measured[0]["_actor"] == "dev-a"
+    row = task_row(engine, "t-twice")
+    assert row["status"] == "finished" and row["measurement_id"] == "task-t-twice-1"
+
+    # A started for a finished task is refused; a result missing its runtime is invalid.
+    late = await http.post(f"{url}/started", json={"attempt": 1}, headers=as_device("dev-a"))
+    assert late.status_code == 409 and "already finished" in late.json()["error"]
+    bad = await http.post(
+        f"{url}/result", json={**RESULT, "runtime_s": None}, headers=as_device("dev-a")
+    )
+    assert bad.status_code == 422
+
+
+async def test_a_device_reports_only_on_its_own_current_attempt(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    await place(settings, bus, engine, "t-b", "dev-b")
+    url = "/v1/agent/tasks/t-b"
+    # dev-a posting on dev-b's attempt: refused, nothing recorded.
+    started = await http.post(f"{url}/started", json={"attempt": 1}, headers=as_device("dev-a"))
+    assert started.status_code == 403 and "dev-b" in started.json()["error"]
+    result = await http.post(f"{url}/result", json=RESULT, headers=as_device("dev-a"))
+    assert result.status_code == 403
+    # A device_id in the body is not the caller's to give.
+    named = await http.post(
+        f"{url}/result", json={**RESULT, "device_id": "dev-b"}, headers=as_device("dev-a")
+    )
+    assert named.status_code == 422
+    assert await events_of(bus, "measurement.recorded") == []
+    assert await events_of(bus, "task.started") == []
+    assert (
+        await http.post("/v1/agent/tasks/nope/result", json=RESULT, headers=as_device("dev-a"))
+    ).status_code == 404
+
+    # dev-b's attempt 1 is requeued and placed again on dev-a: dev-b's late result is not
+    # the task's result any more.
+    requeue = TaskRequeued(task_id="t-b", attempt=1, device_id="dev-b", reason="offline")
+    await fold(settings, bus, engine, requeue, *placed("t-b", "dev-a", attempt=2))
+    late = await http.post(f"{url}/result", json=RESULT, headers=as_device("dev-b"))
+    assert late.status_code == 409 and "not current" in late.json()["error"]
+    future = await http.post(
+        f"{url}/result", json={**RESULT, "attempt": 3}, headers=as_device("dev-a")
+    )
+    assert future.status_code == 409
+    assert await events_of(bus, "measurement.recorded") == []
+
+    # dev-a's attempt 2 fails: recorded as a run failure, with the device's error.
+    failed = {"attempt": 2, "status": "failed", "config": CONFIG, "error": "rank 0 died"}
+    answer = await http.post(f"{url}/result", json=failed, headers=as_device("dev-a"))
+    assert answer.status_code == 200 and answer.json()["recorded"] is True
+    run_failed = await events_of(bus, "task.run_failed")
+    assert [(e["device_id"], e["attempt"]) for e in run_failed] == [("dev-a", 2)]
+    assert "rank 0 died" in run_failed[0]["error"]
+
+
+async def test_heartbeat_is_stored_with_the_server_time(
+    settings: Settings, bus: EventBus, http: httpx.AsyncClient
+) -> None:
+    body = {"running": "t-x", "running_for_s": 3.0, "queued": 2}
+    answer = await http.post("/v1/agent/heartbeat", json=body, headers=as_device("dev-b"))
+    assert answer.status_code == 204
+    beat = await last_beat(await liveness_bucket(bus.js, settings), "dev-b")
+    assert beat is not None and beat.device_id == "dev-b"
+    assert (beat.running, beat.queued) == ("t-x", 2) and abs(beat.time - time.time()) < 30
+    named = await http.post(
+        "/v1/agent/heartbeat", json={**body, "device_id": "dev-a"}, headers=as_device("dev-b")
+    )
+    assert named.status_code == 422
+    assert await last_beat(await liveness_bucket(bus.js, settings), "dev-a") is None
+
+
+def measurement(mid: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "measurement_id": mid,
+        "workload": "gemm",
+        "size": 64,
+        "config": CONFIG,
+        "status": "ok",
+        "runtime_s": 0.01,
+        "repeats": 3,
+        "purpose": "setup",
+        **extra,
+    }
+
+
+async def test_measurements_are_recorded_as_the_device_once(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    url = "/v1/agent/measurements"
+    batch = [measurement(f"m-{i}") for i in range(3)]
+    first = await http.post(url, json={"measurements": batch}, headers=as_device("dev-a"))
+    assert first.status_code == 200 and first.json() == {"accepted": 3, "known": 0}
+    # The same again at once (the log's de-duplication) and after projection (the table).
+    again = await http.post(url, json={"measurements": batch}, headers=as_device("dev-a"))
+    assert again.json() == {"accepted": 0, "known": 3}
+    await fold(settings, bus, engine)
+    more = [*batch, measurement("m-3"), measurement("m-3")]
+    third = await http.post(url, json={"measurements": more}, headers=as_device("dev-a"))
+    assert third.json() == {"accepted": 1, "known": 4}
+    # dev-b re-sending dev-a's measurement does not take it over.
+    theirs = await http.post(url, json={"measurements": batch[:1]}, headers=as_device("dev-b"))
+    assert theirs.json() == {"accepted": 0, "known": 1}
+    await fold(settings, bus, engine)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(tables.measurements.c.measurement_id, tables.measurements.c.device_id)
+        ).all()
+    assert sorted(rows) == [(f"m-{i}", "dev-a") for i in range(4)]
+    assert len(await events_of(bus, "measurement.recorded")) == 4
+
+    # The device is the credential's: a device_id field is refused, as are bad values.
+    named = [measurement("m-9", device_id="dev-b")]
+    assert (
+        await http.post(url, json={"measurements": named}, headers=as_device("dev-a"))
+    ).status_code == 422
+    nan = [measurement("m-9", runtime_s="NaN")]
+    assert (
+        await http.post(url, json={"measurements": nan}, headers=as_device("dev-a"))
+    ).status_code == 422
+    # Over 1 MiB of JSON: read (this path has its own body limit), then refused: over 5000.
+    too_many = [measurement(f"{'x' * 100}-{i}") for i in range(5001)]
+    assert len(orjson.dumps({"measurements": too_many})) > settings.max_body_bytes
+    big = await http.post(url, json={"measurements": too_many}, headers=as_device("dev-a"))
+    assert big.status_code == 422 and "measurements" in big.json()["error"]
+
+
+async def test_model_upload_checks_stores_and_publishes_as_the_device(
+    settings: Settings,
+    bus: EventBus,
+    engine: Engine,
+    http: httpx.AsyncClient,
+    trained: TrainedModel,
+) -> None:
+    data = trained.to_onnx()
+    digest = hashlib.sha256(data).hexdigest()
+    url = "/v1/agent/model"
+    params = {"version": "v1", "trained_on": 42, "sha256": digest}
+    headers = {**as_device("dev-a"), "content-type": "application/octet-stream"}
+
+    wrong = await http.post(
+        url, params={**params, "sha256": "0" * 64}, content=data, headers=headers
+    )
+    assert wrong.status_code == 422 and "SHA-256" in wrong.json()["error"]
+    junk = b"not a model" * 200_000  # 2.2 MB: past the general body limit, within the model's
+    junk_sha = hashlib.sha256(junk).hexdigest()
+    refused = await http.post(
+        url, params={**params, "sha256": junk_sha}, content=junk, headers=headers
+    )
+    assert refused.status_code == 422 and "not an hpc_ds1 ONNX model" in refused.json()["error"]
+    assert await events_of(bus, "model.published") == []
+
+    metrics = {"runtime_mape": 0.12}
+    good = await http.post(
+        url,
+        params=params,
+        content=data,
+        headers={**headers, "x-model-metrics": orjson.dumps(metrics).decode()},
+    )
+    assert good.status_code == 201, good.text
+    assert good.json() == {"model_version": "dev-a:v1"}
+    published = await events_of(bus, "model.published")
+    assert len(published) == 1
+    assert published[0]["device_id"] == "dev-a" and published[0]["_actor"] == "dev-a"
+    assert published[0]["artifact"] == "dev-a/v1.onnx" and published[0]["sha256"] == digest
+    assert published[0]["trained_on"] == 42 and published[0]["metrics"] == metrics
+    store = await models_bucket(bus.js, settings, create=False)
+    assert store is not None
+    assert (await store.get("dev-a/v1.onnx")).data == data
+
+    # The same version again: accepted (idempotent); other bytes under it: refused.
+    await fold(settings, bus, engine)
+    assert (await http.post(url, params=params, content=data, headers=headers)).status_code == 201
+    other = data + b"\0"
+    clash = await http.post(
+        url,
+        params={**params, "sha256": hashlib.sha256(other).hexdigest()},
+        content=other,
+        headers=headers,
+    )
+    assert clash.status_code == 409
+    assert len(await events_of(bus, "model.published")) == 1
+
+
+async def test_model_upload_past_its_limit_is_413(
+    settings: Settings, bus: EventBus, engine: Engine
+) -> None:
+    small = settings.model_copy(update={"max_model_bytes": 1 << 20})
+    await fold(settings, bus, engine, *device_token_events())
+    async for http in asgi_client(create_app(small, bus, engine)):
+        body = b"x" * ((1 << 20) + 1)
+        answer = await http.post(
+            "/v1/agent/model",
+            params={"version": "v1", "trained_on": 1, "sha256": hashlib.sha256(body).hexdigest()},
+            content=body,
+            headers=as_device("dev-a"),
+        )
+        assert answer.status_code == 413
