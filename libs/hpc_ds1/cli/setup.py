@@ -91,9 +91,9 @@ async def _setup(
             f"({report.skipped} already in the log; by status {report.by_status})",
             flush=True,
         )
+        await stack.caught_up()  # every measurement in the home's database (an agent reads it)
         if not train:
             return 0
-        await stack.caught_up()
         started = time.monotonic()
         reply = await stack.bus.nc.request(
             train_subject(settings),
