@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, and_, distinct, func, select, true
+from sqlalchemy.dialects.postgresql import distinct_on
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
@@ -149,7 +150,7 @@ def _load(engine: Engine, device_id: str | None, running_ids: set[str]) -> dict[
     models = (
         select(md.c.device_id, md.c.model_version, md.c.trained_on, md.c.published_at)
         .where(only(md.c.device_id))
-        .distinct(md.c.device_id)
+        .ext(distinct_on(md.c.device_id))
         .order_by(md.c.device_id, md.c.published_at.desc(), md.c.seq.desc())
     )
     running = (

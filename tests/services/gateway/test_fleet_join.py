@@ -1,0 +1,307 @@
+"""Joining the fleet on real NATS and Postgres with a real projector: the join token traded for a
+device credential that acts only as its device, refused when wrong, revoked or rotated; the
+join token shown only to an admin on loopback, in no event and no log line; device and join
+tokens refused on every user endpoint; `hpc-ds1 token join [--rotate]`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+from fastapi.routing import APIRoute
+from sqlalchemy import Engine, select
+
+from hpc_ds1 import log as hpc_log
+from hpc_ds1.bus import EventBus
+from hpc_ds1.cli import main
+from hpc_ds1.credentials import (
+    JOIN_HOLDER,
+    join_token_id,
+    join_token_path,
+    read_join_token,
+    register_join_token,
+    token_state,
+)
+from hpc_ds1.db import tables
+from hpc_ds1.events import TokenRevoked, envelope
+from hpc_ds1.services.gateway.fleet_api import is_loopback
+from hpc_ds1.settings import Settings
+from hpc_ds1.tokens import Principal, lookup, token_hash
+from tests.commands import hpc
+
+from .conftest import ROLE_TOKENS
+from .fleet_fixtures import (
+    FINGERPRINT,
+    Fleet,
+    as_role,
+    bearer,
+    fleet,
+    keep_logging,
+    projector,
+)
+
+__all__ = ["fleet", "keep_logging", "projector"]
+
+
+async def revoke(bus: EventBus, engine: Engine, token_id: str, token: str) -> None:
+    event = TokenRevoked(token_id=token_id)
+    await bus.publish(envelope(event, actor="admin", source="test", prefix=bus.prefix))
+    for _ in range(400):
+        if token_state(engine, token) == "revoked":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the revocation was not projected")
+
+
+def device_row(engine: Engine, device_id: str) -> Any:
+    d = tables.devices
+    with engine.connect() as conn:
+        return conn.execute(select(d).where(d.c.device_id == device_id)).mappings().first()
+
+
+async def test_a_device_joins_once_and_its_credential_acts_as_that_device(fleet: Fleet) -> None:
+    joined = await fleet.join(name="dev-a")
+    assert joined.status_code == 201, joined.text
+    answer = joined.json()
+    assert answer["device_id"] == "dev-a" and answer["active"] is True
+    assert answer["heartbeat_interval_s"] == fleet.settings.heartbeat_interval_s
+    assert answer["long_poll_s"] == fleet.settings.long_poll_s
+    token = answer["token"]
+    assert token != fleet.join_token
+    # The very next call authenticates, as the device and nothing else.
+    me = await fleet.http.get("/v1/whoami", headers=bearer(token))
+    assert me.status_code == 200
+    assert me.json() | {"via": None} == {
+        "name": "dev-a",
+        "role": "agent",
+        "token_id": answer["token_id"],
+        "via": None,
+    }
+    row = device_row(fleet.engine, "dev-a")
+    assert row["local"] is False and row["hostname"] == "node-7.lab"
+    assert row["fingerprint"]["device_id"] == "dev-a"
+    assert row["fingerprint"]["cpu_model"] == FINGERPRINT["cpu_model"]
+    history = [env for _, env in await fleet.bus.history("device", "dev-a")]
+    assert [(e.type, e.actor) for e in history] == [("device.registered", "dev-a")]
+
+    # A name that is taken (a device, or any token holder such as a person) is not given again.
+    again = await fleet.join(name="dev-a")
+    assert again.status_code == 409 and "acts only as itself" in again.json()["error"]
+    person = await fleet.join(name="admin")
+    assert person.status_code == 409 and "holds a token" in person.json()["error"]
+    assert len(await fleet.bus.history("device", "dev-a")) == 1
+
+    # Without a name the id comes from the host name.
+    unnamed = await fleet.join(hostname="Node_7.lab.example")
+    assert unnamed.status_code == 201
+    assert re.fullmatch(r"Node_7-lab-example-[0-9a-f]{6}", unnamed.json()["device_id"])
+
+    # Other credentials cannot join: a device token, an admin token.
+    body = {"hostname": "x", "fingerprint": FINGERPRINT}
+    for headers in (bearer(token), as_role("admin")):
+        refused = await fleet.http.post("/v1/fleet/join", json=body, headers=headers)
+        assert refused.status_code == 403, refused.text
+
+    # A revoked device credential is refused at once.
+    await revoke(fleet.bus, fleet.engine, answer["token_id"], token)
+    gone = await fleet.http.get("/v1/whoami", headers=bearer(token))
+    assert gone.status_code == 401
+
+
+async def test_wrong_revoked_and_rotated_join_tokens_and_bad_bodies_are_refused(
+    fleet: Fleet,
+) -> None:
+    body = {"hostname": "node-1", "fingerprint": FINGERPRINT}
+    none = await fleet.http.post("/v1/fleet/join", json=body)
+    wrong = await fleet.http.post("/v1/fleet/join", json=body, headers=bearer("hds1_" + "x" * 43))
+    assert (none.status_code, wrong.status_code) == (401, 401)
+
+    bad: list[dict[str, Any]] = [
+        {"hostname": "has space", "fingerprint": FINGERPRINT},
+        {"hostname": "h" * 254, "fingerprint": FINGERPRINT},
+        {"hostname": "node", "fingerprint": FINGERPRINT, "name": "a.b"},
+        {"hostname": "node", "fingerprint": FINGERPRINT, "name": "x" * 65},
+        {"hostname": "node", "fingerprint": {**FINGERPRINT, "simd": ["avx"] * 65}},
+        {"hostname": "node", "fingerprint": {**FINGERPRINT, "cpu_model": "c" * 300}},
+        {"hostname": "node", "fingerprint": {**FINGERPRINT, "cpu_model": "a\x00b"}},
+        {"hostname": "node", "fingerprint": {**FINGERPRINT, "logical_cpus": -1}},
+        {"hostname": "node", "fingerprint": {k: v for k, v in FINGERPRINT.items() if k != "simd"}},
+        {"hostname": "node"},
+        {"hostname": "node", "fingerprint": FINGERPRINT, "device_id": "dev-z"},
+    ]
+    for sent in bad:
+        reply = await fleet.http.post("/v1/fleet/join", json=sent, headers=bearer(fleet.join_token))
+        assert reply.status_code == 422, (sent.keys(), reply.text)
+        assert "c" * 300 not in reply.text
+    with fleet.engine.connect() as conn:
+        assert conn.execute(select(tables.devices)).first() is None
+
+    # Revoked: refused; the next start of the gateway makes and registers a new one.
+    old = fleet.join_token
+    await revoke(fleet.bus, fleet.engine, join_token_id(old), old)
+    assert (await fleet.join(name="dev-r")).status_code == 401
+    assert await register_join_token(fleet.bus, fleet.engine, fleet.settings.home, wait_s=30)
+    new = read_join_token(fleet.settings.home)
+    assert new is not None and new != old
+    assert lookup(fleet.engine, new) == Principal(JOIN_HOLDER, "join", join_token_id(new))
+    fleet.join_token = new
+    assert (await fleet.join(name="dev-r")).status_code == 201
+    rejoin_with_old = await fleet.http.post(
+        "/v1/fleet/join", json={**body, "name": "dev-s"}, headers=bearer(old)
+    )
+    assert rejoin_with_old.status_code == 401
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    saved = structlog.get_config()
+    sink = io.StringIO()
+    hpc_log.configure("debug", json=True)
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sink))
+    try:
+        yield sink
+    finally:
+        structlog.configure(**saved)
+
+
+async def test_the_join_token_is_shown_only_to_an_admin_on_loopback_and_never_logged(
+    settings: Settings, fleet: Fleet, log_lines: io.StringIO
+) -> None:
+    shown = await fleet.http.get("/v1/fleet/join-token", headers=as_role("admin"))
+    assert shown.status_code == 200, shown.text
+    assert shown.headers["cache-control"] == "no-store"
+    answer = shown.json()
+    assert answer["token"] == fleet.join_token
+    assert (
+        answer["command"] == f"hpc-ds1 agent --server {answer['server']} --token {fleet.join_token}"
+    )
+    for role in ("viewer", "engineer", "agent"):
+        refused = await fleet.http.get("/v1/fleet/join-token", headers=as_role(role))
+        assert refused.status_code == 403, role
+    assert (await fleet.http.get("/v1/fleet/join-token")).status_code == 401
+    for client, allowed in ((("10.0.0.5", 4000), False), (("::1", 4000), True)):
+        transport = httpx.ASGITransport(app=fleet.app, client=client)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as remote:
+            reply = await remote.get("/v1/fleet/join-token", headers=as_role("admin"))
+        assert reply.status_code == (200 if allowed else 403), (client, reply.text)
+        assert (fleet.join_token in reply.text) is allowed
+
+    joined = await fleet.join(name="dev-log")
+    assert joined.status_code == 201
+    device_token = joined.json()["token"]
+    events = await fleet.http.get("/v1/events?limit=1000", headers=as_role("admin"))
+    assert events.status_code == 200 and "dev-log" in events.text
+
+    # In no event of the stream (only the hashes, which the events API does not serve) ...
+    stored = b"".join(raw.data for chunk in [c async for c in fleet.bus.replay()] for raw in chunk)
+    assert b"token.created" in stored and b"dev-log" in stored
+    for secret in (fleet.join_token, device_token):
+        assert secret.encode() not in stored
+        assert token_hash(secret) not in events.text
+        assert secret not in events.text
+    # ... and in no log line, though the join and the showing are logged (by public id).
+    text = log_lines.getvalue()
+    records = [json.loads(line) for line in text.splitlines()]
+    assert any(r.get("event") == "device_joined" and r["device_id"] == "dev-log" for r in records)
+    assert any(r.get("event") == "join_token_shown" for r in records)
+    assert any(r.get("event") == "join_token_refused" for r in records)
+    for secret in (fleet.join_token, device_token, *ROLE_TOKENS.values()):
+        assert secret not in text
+
+
+def test_is_loopback() -> None:
+    for host in ("127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"):
+        assert is_loopback(host), host
+    for host in ("10.0.0.1", "::ffff:10.0.0.1", "0.0.0.0", "::", "localhost", "", None, "x"):
+        assert not is_loopback(host), host
+
+
+def user_routes(app: Any) -> list[tuple[str, str]]:
+    """Every (method, path) of the app that is not for agents, health or the login exchange."""
+    found: list[tuple[str, str]] = []
+
+    def walk(routes: list[Any]) -> None:
+        for route in routes:
+            if hasattr(route, "original_router"):
+                walk(route.original_router.routes)
+            elif isinstance(route, APIRoute):
+                found.extend((m, route.path) for m in sorted(route.methods))
+            elif hasattr(route, "routes"):
+                walk(route.routes)
+
+    walk(app.routes)
+    open_paths = {"/", "/healthz", "/readyz", "/v1/whoami", "/v1/fleet/join"}
+    return [
+        (m, p)
+        for m, p in found
+        if p not in open_paths and not p.startswith("/v1/agent/") and m != "HEAD"
+    ]
+
+
+async def test_device_and_join_tokens_reach_no_user_endpoint(fleet: Fleet) -> None:
+    joined = await fleet.join(name="dev-u")
+    device_token = joined.json()["token"]
+    routes = user_routes(fleet.app)
+    paths = {p for _, p in routes}
+    assert {"/v1/devices", "/v1/devices/{device_id}/revoke", "/v1/fleet/join-token"} <= paths
+    assert "/v1/events" in paths and "/v1/decide" in paths
+    decide = {
+        "workload": "gemm",
+        "size": 64,
+        "config": {"ranks": 1, "threads": 1},
+        "telemetry": {"runtime_s": 1.0},
+    }
+    for token in (device_token, fleet.join_token):
+        for method, path in routes:
+            url = re.sub(r"\{[^}]+\}", "x1", path)
+            body = decide if path == "/v1/decide" else None
+            reply = await fleet.http.request(method, url, json=body, headers=bearer(token))
+            assert reply.status_code == 403, (method, path, reply.status_code, reply.text)
+    # What an admin may do with the same requests is not refused for its role.
+    assert (await fleet.http.get("/v1/devices", headers=as_role("admin"))).status_code == 200
+
+
+async def test_token_join_prints_and_rotates_the_join_token(
+    settings: Settings,
+    bus: EventBus,
+    engine: Engine,
+    capsys: pytest.CaptureFixture[str],
+    keep_logging: None,
+) -> None:
+    home = ("--home", str(settings.home))
+    assert main(["token", "join", *home]) == 2
+    assert "no join token yet" in capsys.readouterr().err
+
+    first = await hpc(settings, "token", "join", "--rotate")
+    assert first.returncode == 0, first.stderr
+    token_a = first.stdout.splitlines()[0]
+    path = join_token_path(settings.home)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_join_token(settings.home) == token_a
+    assert lookup(engine, token_a) == Principal(JOIN_HOLDER, "join", join_token_id(token_a))
+    assert f"--token {token_a}" in first.stdout.splitlines()[1]
+    assert "none was active" in first.stderr
+
+    assert main(["token", "join", *home]) == 0
+    shown = capsys.readouterr()
+    lines = shown.out.splitlines()
+    assert lines[0] == token_a
+    assert re.fullmatch(rf"Join +hpc-ds1 agent --server http://\S+ --token {token_a}", lines[1])
+
+    second = await hpc(settings, "token", "join", "--rotate")
+    assert second.returncode == 0, second.stderr
+    token_b = second.stdout.splitlines()[0]
+    assert token_b != token_a and read_join_token(settings.home) == token_b
+    assert join_token_id(token_a) in second.stderr
+    assert lookup(engine, token_a) is None
+    assert lookup(engine, token_b) == Principal(JOIN_HOLDER, "join", join_token_id(token_b))
+    for output in (first.stdout + first.stderr, shown.out + shown.err, second.stdout):
+        assert token_hash(token_a) not in output
