@@ -152,7 +152,9 @@ class ResultBody(BaseModel):
     config: RanConfig
     runtime_s: Seconds | None = None
     spread: Spread | None = None
-    repeats: int = Field(default=1, ge=1, le=1000)
+    repeats: int | None = Field(
+        default=None, ge=1, le=1000, description="Runs measured; none: it never started."
+    )
     check_ok: bool | None = None
     check_error: Finite | None = None
     throughput: Throughput | None = None
@@ -297,6 +299,20 @@ class AgentBridge:
         self._reported: dict[str, _Reported] = {}
         self._polling: dict[str, int] = {}
         self._beater: asyncio.Task[None] | None = None
+
+    async def close(self) -> None:
+        """End the open polls and the device subscriptions (the gateway stops). Unsubscribed
+        rather than left to the connection's drain, which waits on them for its timeout."""
+        if self._beater is not None:
+            self._beater.cancel()
+        queues, self.queues = list(self.queues.values()), {}
+        for queue in queues:
+            if queue.fetching is not None:
+                queue.fetching.cancel()
+            try:
+                await queue.sub.unsubscribe()
+            except Exception as error:
+                log.warning("unsubscribe_failed", error=repr(error)[:200])
 
     # heartbeats ------------------------------------------------------------------------
 
@@ -545,8 +561,8 @@ async def _current_task(
 def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
     """The /v1/agent/* endpoints. Wire edge.BodyLimit with `body_limits(settings)` as its
     exemptions so model and measurement uploads get their own limits."""
-    router = APIRouter(tags=["agent"])
     bridge = AgentBridge(settings, bus, engine)
+    router = APIRouter(tags=["agent"], on_shutdown=[bridge.close])
     router.bridge = bridge  # type: ignore[attr-defined]  # for tests and the benchmark
 
     @router.get(
@@ -599,44 +615,46 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         responses={**WRITE_ERRORS, **E404, **E409},
     )
     async def result(task_id: TaskId, body: ResultBody, device: Device) -> AgentResultOut:
-        """The attempt's result: recorded once (a measurement of purpose "task", then
-        task.finished, or task.run_failed when it did not run to a correct end)."""
+        """The attempt's result, recorded once: the run's measurement (purpose "task", when it
+        ran: status ok, or `repeats` given) and task.finished, or task.run_failed when it did
+        not run to a correct end. A repeat answers `recorded: false` with why."""
         measurement_id = f"task-{task_id}-{body.attempt}"
+        before = f"the result of attempt {body.attempt} of task {task_id} was recorded before"
         recorded_by = await asyncio.to_thread(_measured_by, engine, measurement_id)
-        if recorded_by is not None:
-            if recorded_by != device:
-                raise HTTPException(
-                    403,
-                    f"{device} may not report on task {task_id}: attempt {body.attempt} ran on "
-                    f"{recorded_by}",
-                )
-            return AgentResultOut(
-                recorded=False,
-                measurement_id=measurement_id,
-                why=f"the result of attempt {body.attempt} of task {task_id} was recorded before",
+        if recorded_by is not None and recorded_by != device:
+            raise HTTPException(
+                403,
+                f"{device} may not report on task {task_id}: attempt {body.attempt} ran on "
+                f"{recorded_by}",
             )
+        if recorded_by is not None:
+            return AgentResultOut(recorded=False, measurement_id=measurement_id, why=before)
         row, done = await _current_task(engine, task_id, body.attempt, device)
         if done is not None:
             return AgentResultOut(recorded=False, why=done)
-        measurement = MeasurementRecorded(
-            measurement_id=measurement_id,
-            device_id=device,
-            workload=row["workload"],
-            size=row["size"],
-            config=body.config.model_dump(),
-            status=body.status,
-            runtime_s=body.runtime_s,
-            throughput=body.throughput,
-            throughput_unit=body.throughput_unit,
-            repeats=body.repeats,
-            spread=body.spread,
-            check_ok=body.check_ok,
-            check_error=body.check_error,
-            purpose="task",
-        )
-        fresh = await append(
-            bus, _envelope(settings, measurement, f"measurement-{measurement_id}", device, task_id)
-        )
+        if len(row["failures"] or []) >= body.attempt:
+            return AgentResultOut(recorded=False, why=before)  # this attempt's failure is in
+        ran = body.status == "ok" or body.repeats is not None
+        fresh = False
+        if ran:
+            measurement = MeasurementRecorded(
+                measurement_id=measurement_id,
+                device_id=device,
+                workload=row["workload"],
+                size=row["size"],
+                config=body.config.model_dump(),
+                status=body.status,
+                runtime_s=body.runtime_s,
+                throughput=body.throughput,
+                throughput_unit=body.throughput_unit,
+                repeats=body.repeats or 1,
+                spread=body.spread,
+                check_ok=body.check_ok,
+                check_error=body.check_error,
+                purpose="task",
+            )
+            env = _envelope(settings, measurement, f"measurement-{measurement_id}", device, task_id)
+            fresh = await append(bus, env)
         outcome: Event
         if body.status == "ok" and body.check_ok is not False and body.runtime_s is not None:
             outcome = TaskFinished(
@@ -661,14 +679,11 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         # Appended even when the measurement was a repeat: a report cut off between the two
         # appends completes on its retry, and a complete one is stored once either way.
         fresh = await append(bus, _envelope(settings, outcome, env_id, device, task_id)) or fresh
+        kept = measurement_id if ran else None
         if not fresh:
-            return AgentResultOut(
-                recorded=False,
-                measurement_id=measurement_id,
-                why=f"the result of attempt {body.attempt} of task {task_id} was recorded before",
-            )
-        log.info("task_result", device_id=device, task_id=task_id, status=body.status)
-        return AgentResultOut(recorded=True, measurement_id=measurement_id)
+            return AgentResultOut(recorded=False, measurement_id=kept, why=before)
+        log.info("task_result", device_id=device, task_id=task_id, status=body.status, ran=ran)
+        return AgentResultOut(recorded=True, measurement_id=kept)
 
     @router.post(MEASUREMENTS_PATH, responses=WRITE_ERRORS)
     async def measurements(body: MeasurementsBody, device: Device) -> MeasurementsUploaded:

@@ -56,8 +56,10 @@ async def http(
 ) -> AsyncIterator[httpx.AsyncClient]:
     await fold(settings, bus, engine, *role_token_events(), *device_token_events())
     await ensure_work_stream(bus.js, settings)
-    async for client in asgi_client(create_app(settings, bus, engine), timeout=60):
-        yield client
+    app = create_app(settings, bus, engine)
+    async with app.router.lifespan_context(app):  # its shutdown ends the device subscriptions
+        async for client in asgi_client(app, timeout=60):
+            yield client
 
 
 def placed(task_id: str, device: str, attempt: int = 1) -> list[Any]:
@@ -285,13 +287,45 @@ async def test_a_device_reports_only_on_its_own_current_attempt(
     assert future.status_code == 409
     assert await events_of(bus, "measurement.recorded") == []
 
-    # dev-a's attempt 2 fails: recorded as a run failure, with the device's error.
-    failed = {"attempt": 2, "status": "failed", "config": CONFIG, "error": "rank 0 died"}
+    # dev-a's attempt 2 ran and failed: its measurement and a run failure with the device's
+    # error, once (again before and after the projector saw it).
+    failed = {
+        "attempt": 2,
+        "status": "failed",
+        "config": CONFIG,
+        "repeats": 1,
+        "error": "rank 0 died",
+    }
     answer = await http.post(f"{url}/result", json=failed, headers=as_device("dev-a"))
     assert answer.status_code == 200 and answer.json()["recorded"] is True
+    again = await http.post(f"{url}/result", json=failed, headers=as_device("dev-a"))
+    assert again.status_code == 200 and again.json()["recorded"] is False
+    await fold(settings, bus, engine)
+    again = await http.post(f"{url}/result", json=failed, headers=as_device("dev-a"))
+    assert again.status_code == 200 and again.json()["recorded"] is False
     run_failed = await events_of(bus, "task.run_failed")
     assert [(e["device_id"], e["attempt"]) for e in run_failed] == [("dev-a", 2)]
     assert "rank 0 died" in run_failed[0]["error"]
+    measured = await events_of(bus, "measurement.recorded")
+    assert [(m["device_id"], m["status"]) for m in measured] == [("dev-a", "failed")]
+    assert task_row(engine, "t-b")["failures"][-1].startswith("failed on dev-a")
+
+
+async def test_an_attempt_refused_before_it_ran_has_no_measurement(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    await place(settings, bus, engine, "t-refused", "dev-a")
+    body = {"attempt": 1, "status": "failed", "config": CONFIG, "error": "too long for max_run_s"}
+    answer = await http.post(
+        "/v1/agent/tasks/t-refused/result", json=body, headers=as_device("dev-a")
+    )
+    assert answer.status_code == 200
+    assert answer.json() == {"recorded": True, "measurement_id": None, "why": None}
+    await fold(settings, bus, engine)
+    assert await events_of(bus, "measurement.recorded") == []
+    assert task_row(engine, "t-refused")["failures"] == [
+        "failed on dev-a: the run failed: too long for max_run_s"
+    ]
 
 
 async def test_heartbeat_is_stored_with_the_server_time(
