@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults clean
+.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -41,7 +41,7 @@ format: $(STAMP) ## apply ruff's formatting and fixes
 schemas: $(STAMP) ## regenerate schemas/ from the event models
 	$(BIN)/python -m hpc_ds1.events.schemas schemas
 
-bench: bench-eventlog bench-kernels bench-faults ## every benchmark
+bench: bench-eventlog bench-kernels bench-faults bench-placement bench-fleet-sim ## every benchmark
 
 bench-eventlog: $(STAMP) ## events/s publish→row and projection lag, both sync settings
 	$(BIN)/python benchmarks/bench_eventlog.py
@@ -51,6 +51,12 @@ bench-kernels: $(STAMP) ## the numba kernels against library baselines
 
 bench-faults: $(STAMP) ## kill -9 each server and service, cut a link, 10 times each: what survived
 	$(BIN)/python benchmarks/bench_faults.py
+
+bench-placement: $(STAMP) ## placement time per task at 10 / 100 / 1,000 / 10,000 devices (p50/p99)
+	$(BIN)/python benchmarks/bench_placement.py
+
+bench-fleet-sim: $(STAMP) ## 1,000 tasks on a simulated fleet of measured runtimes: placement vs baselines
+	$(BIN)/python benchmarks/bench_fleet_sim.py
 
 bench-soak: $(STAMP) ## 30 min of mixed load on `serve`: RSS and projection lag over time (not in `bench`)
 	$(BIN)/python benchmarks/bench_soak.py --minutes 30
