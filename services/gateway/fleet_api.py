@@ -28,7 +28,7 @@ from hpc_ds1.db import tables
 from hpc_ds1.events import DeviceRegistered, TokenCreated, envelope
 from hpc_ds1.hardware import GPU, Fingerprint
 from hpc_ds1.log import get_logger
-from hpc_ds1.requests import SAFE_ID_RULE, SafeId, Text
+from hpc_ds1.requests import SAFE_ID_RULE, SafeId
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, new_token_id, token_hash
 
@@ -42,7 +42,8 @@ log = get_logger("gateway.fleet")
 JOIN_WAIT_S = 10.0
 HOSTNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.\-_]{0,252}$"
 _NOT_ID = re.compile(r"[^A-Za-z0-9_\-]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Tabs are kept (MPICH's version line has them); other control characters are refused.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 # Module level: with postponed annotations FastAPI resolves these names in module globals.
 Joiner = Annotated[Principal, Depends(require("join"))]
@@ -51,11 +52,12 @@ Admin = Annotated[Principal, Depends(require("admin"))]
 
 def _no_control(value: str) -> str:
     if _CONTROL.search(value):
-        raise ValueError("must not contain NUL or other control characters")
+        raise ValueError("must not contain NUL or other control characters (tabs are fine)")
     return value
 
 
 Short = Annotated[str, StringConstraints(max_length=64), AfterValidator(_no_control)]
+Text = Annotated[str, StringConstraints(max_length=256), AfterValidator(_no_control)]
 Count = Annotated[int, Field(ge=0, le=1 << 20)]
 
 

@@ -37,7 +37,7 @@ FINGERPRINT: dict[str, Any] = {
     "memory_bytes": 16 * 2**30,
     "caches": {"L2": "1 MiB"},
     "gpus": [{"name": "Sim GPU", "memory_bytes": 2**33, "simulated": True}],
-    "mpi_library": "none",
+    "mpi_library": "MPICH Version:\t4.0.2",
     "numba_version": "0.60",
     "python_version": "3.11.9",
 }

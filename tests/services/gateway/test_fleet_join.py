@@ -8,9 +8,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
+import signal
 import stat
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,10 +37,12 @@ from hpc_ds1.credentials import (
 )
 from hpc_ds1.db import tables
 from hpc_ds1.events import TokenRevoked, envelope
+from hpc_ds1.infra.ports import free_port
 from hpc_ds1.services.gateway.fleet_api import is_loopback
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, lookup, token_hash
-from tests.commands import hpc
+from tests.cli.test_serve import cli_headers, start_serve, stop, wait_ready
+from tests.commands import HPC_DS1, hpc
 
 from .conftest import ROLE_TOKENS
 from .fleet_fixtures import (
@@ -305,3 +312,54 @@ async def test_token_join_prints_and_rotates_the_join_token(
     assert lookup(engine, token_b) == Principal(JOIN_HOLDER, "join", join_token_id(token_b))
     for output in (first.stdout + first.stderr, shown.out + shown.err, second.stdout):
         assert token_hash(token_a) not in output
+
+
+def cli_process_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+    return {**env, "HPC_DS1_HOME": str(home)}
+
+
+def test_serve_prints_the_join_command_once_and_the_gateway_registers_it(
+    tmp_path: Path, nats_url: str, database_url: str
+) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    tag = os.urandom(4).hex()
+    env = {
+        "HPC_DS1_NATS_URL": nats_url,
+        "HPC_DS1_DATABASE_URL": database_url,
+        "HPC_DS1_STREAM": f"JOIN_{tag}",
+        "HPC_DS1_SUBJECT_PREFIX": f"join{tag}",
+    }
+    process = start_serve(home, port, **env)
+    try:
+        wait_ready(url, process)
+        token = read_join_token(home)
+        assert token is not None
+        assert stat.S_IMODE(join_token_path(home).stat().st_mode) == 0o600
+        admin = cli_headers(home)
+        for _ in range(100):  # the gateway registers it just after it starts listening
+            me = httpx.get(f"{url}/v1/whoami", headers=bearer(token))
+            if me.status_code == 200:
+                break
+            time.sleep(0.1)
+        assert me.json()["name"] == JOIN_HOLDER and me.json()["role"] == "join"
+        shown = httpx.get(f"{url}/v1/fleet/join-token", headers=admin)
+        assert shown.status_code == 200 and shown.json()["token"] == token
+        assert shown.json()["server"] == url
+        # `hpc-ds1 token join` beside a running serve: the file, and the server's address.
+        cli = subprocess.run(
+            [HPC_DS1, "token", "join"],
+            env={**cli_process_env(home), **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert cli.stdout.splitlines() == [token, f"Join      {shown.json()['command']}"]
+    finally:
+        output = stop(process, signal.SIGINT)
+    join = [line for line in output.splitlines() if line.startswith("  Join      ")]
+    assert join == [f"  Join      hpc-ds1 agent --server {url} --token {token}"]
+    assert output.count(token) == 1  # printed once on its own terminal, never logged
