@@ -88,9 +88,10 @@ def query_stats(engine: Engine) -> dict[str, Any]:
     def count(table: Any, *where: Any) -> Any:
         return select(func.count()).select_from(table).where(*where).scalar_subquery()
 
-    tasks = tables.metadata.tables.get("tasks")
+    dev, tasks = tables.devices, tables.tasks
     columns = {
-        "devices_online": count(tables.devices, tables.devices.c.status == "online"),
+        # online: heard from (the coordinator's liveness crossings), and not revoked
+        "devices_online": count(dev, dev.c.status != "left", dev.c.liveness == "online"),
         "sessions_running": count(
             tables.sessions, tables.sessions.c.status.in_(("running", "paused"))
         ),
@@ -98,8 +99,7 @@ def query_stats(engine: Engine) -> dict[str, Any]:
         "decisions_total": count(d),
         "decisions_auto": count(d, d.c.mode == "auto"),
     }
-    if tasks is not None:
-        columns["tasks_running"] = count(tasks, tasks.c.status.in_(("queued", "running")))
+    columns["tasks_running"] = count(tasks, tasks.c.status.in_(("placed", "running")))
     query = select(*(value.label(name) for name, value in columns.items()))
     with engine.connect() as conn:
         figures = {k: int(v) for k, v in conn.execute(query).mappings().one().items()}
@@ -107,7 +107,7 @@ def query_stats(engine: Engine) -> dict[str, Any]:
     return {
         "devices_online": figures["devices_online"],
         "sessions_running": figures["sessions_running"],
-        "tasks_running": figures.get("tasks_running"),
+        "tasks_running": figures["tasks_running"],
         "moves_waiting": figures["moves_waiting"],
         "decisions_total": total,
         "decisions_auto": figures["decisions_auto"],

@@ -23,9 +23,12 @@ from hpc_ds1.events import (
     DecisionMade,
     DeviceLeft,
     DeviceRegistered,
+    DeviceStatusChanged,
     SessionFinished,
     SessionPaused,
     SessionStarted,
+    TaskPlaced,
+    TaskSubmitted,
     TokenCreated,
     TokenRevoked,
     envelope,
@@ -123,7 +126,22 @@ def story() -> list[Any]:
         DeviceRegistered(device_id="dev-1", hostname="n1", local=True),
         DeviceRegistered(device_id="dev-2", hostname="n2"),
         DeviceRegistered(device_id="dev-3", hostname="n3"),
+        DeviceStatusChanged(device_id="dev-1", status="online"),
+        DeviceStatusChanged(device_id="dev-2", status="online"),
+        DeviceStatusChanged(device_id="dev-3", status="online"),
         DeviceLeft(device_id="dev-3", reason="gone"),
+        TaskSubmitted(task_id="t1", workload="gemm", size=64, submitted_by="engineer"),
+        TaskSubmitted(task_id="t2", workload="gemm", size=64, submitted_by="engineer"),
+        TaskPlaced(
+            task_id="t1",
+            attempt=1,
+            device_id="dev-2",
+            config=start,
+            expected_s=1.0,
+            queue_s=0.0,
+            basis="measured",
+            reason="dev-2: the only device",
+        ),
     ]
     for s in ("s1", "s2", "s3"):
         events.append(
@@ -290,7 +308,7 @@ async def test_stats_are_the_facility_figures(local: httpx.AsyncClient) -> None:
     assert stats == {
         "devices_online": 2,
         "sessions_running": 2,  # s1 paused, s3 running; s2 finished
-        "tasks_running": None,  # no tasks table yet
+        "tasks_running": 1,  # t1 placed; t2 not placed yet
         "moves_waiting": 1,
         "decisions_total": 9,
         "decisions_auto": 5,
