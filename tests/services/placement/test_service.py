@@ -2,16 +2,19 @@
 submitted while none is online waits and says so, then goes to the device with the lower
 measured runtime at the configuration of its best run, with its work item on that device's
 queue; the next one counts the first in that device's queue; a restarted service places
-nothing twice."""
+nothing twice. Without a measurement, the device's own model (from the models bucket) predicts,
+and its familiarity guard is heard."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 
 from hpc_ds1.bus import EventBus
@@ -19,13 +22,18 @@ from hpc_ds1.events import (
     DeviceRegistered,
     Event,
     MeasurementRecorded,
+    ModelPublished,
     TaskSubmitted,
     envelope,
 )
 from hpc_ds1.fleet import liveness
 from hpc_ds1.fleet.work import WorkItem, device_queue
+from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.model import Model, TrainedModel
+from hpc_ds1.models_store import models_bucket
 from hpc_ds1.runtime import run_service
 from hpc_ds1.settings import Settings
+from hpc_ds1.subjects import placement_subject
 
 WAIT_S = 30.0
 SLOW = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
@@ -128,3 +136,55 @@ async def test_a_task_goes_to_the_lower_measured_runtime_at_its_best_config(
     for task_id in ("t0", "t1"):
         kinds = [t for t, _ in await task_events(bus, task_id)]
         assert kinds.count("task.placed") == 1, kinds
+
+
+async def test_without_a_measurement_the_devices_own_model_predicts_and_its_guard_is_heard(
+    settings: Settings, bus: EventBus, trained: TrainedModel, fp: Fingerprint
+) -> None:
+    """The model (tests/measured.py: gemm 48-96 measured on this machine) goes to the models
+    bucket like an uploaded one; placement loads it from there and asks it, with the device's
+    own fingerprint."""
+    data = trained.to_onnx()
+    store = await models_bucket(bus.js, settings)
+    assert store is not None
+    await store.put("dev-m/v1.onnx", data)
+    fingerprint = fp.model_dump(mode="json")
+    await publish(bus, DeviceRegistered(device_id="dev-m", hostname="m", fingerprint=fingerprint))
+    await publish(
+        bus,
+        ModelPublished(
+            model_version="dev-m:v1",
+            device_id="dev-m",
+            artifact="dev-m/v1.onnx",
+            sha256=hashlib.sha256(data).hexdigest(),
+            trained_on=10,
+        ),
+    )
+    kv = await liveness.liveness_bucket(bus.js, settings)
+    await liveness.beat(kv, liveness.Heartbeat(device_id="dev-m", time=time.time()))
+    rec = Model.from_onnx(data).recommend("gemm", 64, fingerprint=fp)
+    async with placement(settings):
+        await publish(bus, TaskSubmitted(task_id="p1", workload="gemm", size=64, submitted_by="e"))
+        got = await wait_for(bus, "p1", "task.placed")
+        assert got["device_id"] == "dev-m" and got["basis"] == "predicted"
+        assert got["config"] == rec.config.model_dump() and not got["guard_rejected"]
+        assert got["expected_s"] == pytest.approx(rec.predicted_runtime_s)
+        assert "predicted" in got["reason"] and "its model dev-m:v1" in got["reason"]
+
+        # Far outside what it measured: its guard rejects it, and it is the only device.
+        await publish(
+            bus, TaskSubmitted(task_id="p2", workload="gemm", size=3000, submitted_by="e")
+        )
+        far = await wait_for(bus, "p2", "task.placed")
+        assert far["device_id"] == "dev-m" and far["guard_rejected"]
+        assert "every device's familiarity guard rejects gemm size 3000" in far["reason"]
+        assert "outside the measured range" in far["reason"]
+
+        # Asking for the estimate places nothing; bad input is answered, not dropped.
+        reply = await bus.nc.request(
+            placement_subject(settings), orjson.dumps({"workload": "gemm", "size": 64}), timeout=10
+        )
+        answer = orjson.loads(reply.data)
+        assert answer["ok"] and answer["device_id"] == "dev-m" and answer["basis"] == "predicted"
+        bad = await bus.nc.request(placement_subject(settings), b"{}", timeout=10)
+        assert orjson.loads(bad.data)["status"] == 422
