@@ -442,7 +442,8 @@ class Change:
 @dataclass
 class FleetState:
     devices: dict[str, DeviceView] = field(default_factory=dict)
-    tasks: dict[str, TaskView] = field(default_factory=dict)
+    tasks: dict[str, TaskView] = field(default_factory=dict)  # not finished or failed yet
+    ended: set[str] = field(default_factory=set)  # finished or failed: only their ids are kept
 
     def device(self, device_id: str) -> DeviceView:
         found = self.devices.get(device_id)
@@ -492,7 +493,7 @@ class FleetState:
                 d.predicted.clear()
             return Change(fleet=True)
         if isinstance(event, TaskSubmitted):
-            if event.task_id in self.tasks:
+            if event.task_id in self.tasks or event.task_id in self.ended:
                 return Change()
             self.tasks[event.task_id] = TaskView(
                 event.task_id,
@@ -510,7 +511,11 @@ class FleetState:
         if task is None or seq <= task.version:
             return Change()
         task.version = seq
-        return self._task(task, event, at)
+        change = self._task(task, event, at)
+        if task.status in ("finished", "failed"):
+            del self.tasks[task_id]  # nothing more to place or count: keep only its id
+            self.ended.add(task_id)
+        return change
 
     def _measurement(self, e: MeasurementRecorded) -> Change:
         if not measured_ok(e) or e.runtime_s is None:

@@ -277,5 +277,6 @@ def test_the_fold_follows_a_task_and_its_devices_queue() -> None:
     s.apply(8, TaskRequeued(task_id="t", attempt=1, device_id="a", reason="late"), 0)
     assert s.tasks["t"].status == "placed"  # a requeue of an older attempt changes nothing
     s.apply(9, TaskFinished(task_id="t", attempt=2, device_id="b", config=A, runtime_s=1.0), 0)
-    assert s.tasks["t"].status == "finished" and not s.devices["b"].queued
-    assert s.tasks["t"].attempt == 2
+    assert "t" not in s.tasks and s.ended == {"t"} and not s.devices["b"].queued
+    s.apply(10, TaskSubmitted(task_id="t", workload="nbody", size=4, submitted_by="u"), 0)
+    assert "t" not in s.tasks  # an ended task is not submitted again
