@@ -13,6 +13,7 @@ from hpc_ds1.credentials import register_cli_token, register_join_token
 from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
 
+from .agent_api import close_agent_polls
 from .app import create_app
 
 __all__ = ["create_app", "run"]
@@ -86,6 +87,8 @@ async def _serve(ctx: ServiceContext) -> None:
     stopping = asyncio.create_task(ctx.stop.wait())
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
     server.should_exit = True
+    # Agents' long-polls end now: the server waits for every request in flight to finish.
+    await close_agent_polls(app)
     await serving
     stopping.cancel()
     listener.close()

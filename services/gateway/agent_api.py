@@ -29,12 +29,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import FetchTimeoutError, NoStreamResponseError
 from nats.js.kv import KeyValue
@@ -299,10 +299,13 @@ class AgentBridge:
         self._reported: dict[str, _Reported] = {}
         self._polling: dict[str, int] = {}
         self._beater: asyncio.Task[None] | None = None
+        self.closed = False
 
     async def close(self) -> None:
-        """End the open polls and the device subscriptions (the gateway stops). Unsubscribed
-        rather than left to the connection's drain, which waits on them for its timeout."""
+        """End the open polls (204 at once: the server waits for every request in flight
+        before it stops) and the device subscriptions (unsubscribed rather than left to the
+        connection's drain, which waits on them for its timeout). Polls after it get nothing."""
+        self.closed = True
         if self._beater is not None:
             self._beater.cancel()
         queues, self.queues = list(self.queues.values()), {}
@@ -402,14 +405,17 @@ class AgentBridge:
         self.queues[device] = made
         return made
 
-    async def poll(
-        self, device: str, wait_s: float, gone: Callable[[], Awaitable[bool]]
-    ) -> WorkItem | None:
-        """The device's next current WorkItem within `wait_s`, acked; None when none came. A
-        newer poll of the same device ends this one (its agent came back on a new connection).
-        `gone()` says whether the caller hung up: an item is then put back, not handed out."""
+    async def poll(self, device: str, wait_s: float, hung_up: Awaitable[None]) -> WorkItem | None:
+        """The device's next current WorkItem within `wait_s`, acked; None when none came. It
+        also ends, with None, when the caller hangs up (`hung_up` completes: an item fetched
+        meanwhile goes back on the queue), when a newer poll of the same device comes (its
+        agent came back on a new connection) and when the gateway stops."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
+        watcher = asyncio.ensure_future(hung_up)
+        if self.closed:
+            watcher.cancel()
+            return None
         self._polls(device, +1)
         try:
             try:
@@ -425,30 +431,33 @@ class AgentBridge:
             except TimeoutError:
                 return None
             try:
-                return await self._take(queue, device, deadline, gone)
+                return await self._take(queue, device, deadline, watcher)
             finally:
                 queue.lock.release()
         finally:
             self._polls(device, -1)
+            watcher.cancel()
 
     async def _take(
-        self,
-        queue: _DeviceQueue,
-        device: str,
-        deadline: float,
-        gone: Callable[[], Awaitable[bool]],
+        self, queue: _DeviceQueue, device: str, deadline: float, watcher: asyncio.Future[None]
     ) -> WorkItem | None:
         loop = asyncio.get_running_loop()
-        while (remaining := deadline - loop.time()) > 0.01:
+        while not self.closed and (remaining := deadline - loop.time()) > 0.01:
             fetching = asyncio.ensure_future(queue.sub.fetch(1, timeout=remaining))
             queue.fetching = fetching
             try:
-                await asyncio.wait({fetching})
+                await asyncio.wait({fetching, watcher}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 if queue.fetching is fetching:
                     queue.fetching = None
+            if watcher.done() and not fetching.done():
+                # Hung up. The pull request stays open on the server until it expires: an item
+                # it brings in meanwhile is put back at once for the device's next poll (a
+                # newer poll here cancels this and takes such an item itself).
+                queue.fetching = asyncio.ensure_future(self._put_back(fetching, device))
+                return None
             if fetching.cancelled():
-                return None  # superseded by a newer poll of this device
+                return None  # hung up, superseded by a newer poll, or the gateway stops
             error = fetching.exception()
             if isinstance(error, NatsTimeout | FetchTimeoutError | TimeoutError):
                 return None
@@ -457,7 +466,7 @@ class AgentBridge:
             msg = fetching.result()[0]
             verdict, item = await self._vet(msg.data, device)
             if verdict == "current" and item is not None:
-                if await gone():
+                if watcher.done() or self.closed:
                     await msg.nak()
                     log.info("work_put_back", device_id=device, task_id=item.task_id)
                     return None
@@ -469,6 +478,19 @@ class AgentBridge:
             else:
                 await msg.ack()
         return None
+
+    @staticmethod
+    async def _put_back(fetching: asyncio.Future[Any], device: str) -> None:
+        try:
+            msgs = await fetching
+        except (NatsTimeout, FetchTimeoutError, TimeoutError):
+            return
+        except asyncio.CancelledError:
+            fetching.cancel()
+            raise
+        for msg in msgs:
+            await msg.nak()
+            log.info("work_put_back", device_id=device, reason="its poll hung up")
 
     async def _vet(self, data: bytes, device: str) -> tuple[str, WorkItem | None]:
         """current: the task is placed at this attempt on this device; stale: it is not (any
@@ -558,6 +580,20 @@ async def _current_task(
     return row, None
 
 
+def install_agent_api(app: FastAPI, settings: Settings, bus: EventBus, engine: Engine) -> None:
+    """Add the /v1/agent/* routes; `close_agent_polls(app)` ends their open polls (call it
+    when the gateway stops, before the server waits for the requests in flight)."""
+    router = agent_router(settings, bus, engine)
+    app.state.agent_bridge = router.bridge  # type: ignore[attr-defined]
+    app.include_router(router)
+
+
+async def close_agent_polls(app: FastAPI) -> None:
+    bridge = getattr(app.state, "agent_bridge", None)
+    if isinstance(bridge, AgentBridge):
+        await bridge.close()
+
+
 def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
     """The /v1/agent/* endpoints. Wire edge.BodyLimit with `body_limits(settings)` as its
     exemptions so model and measurement uploads get their own limits."""
@@ -582,7 +618,7 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
     ) -> Any:
         """The device's next task attempt (long-poll): 200 with the WorkItem as soon as one is
         there, 204 after `wait` seconds without one. Also keeps its heartbeat fresh."""
-        item = await bridge.poll(device, wait, request.is_disconnected)
+        item = await bridge.poll(device, wait, _hung_up(request))
         if item is None:
             return Response(status_code=204)
         return item
@@ -789,6 +825,12 @@ def _failure(body: ResultBody) -> str:
     return f"{_FAILURES[body.status]}: {body.error}" if body.error else _FAILURES[body.status]
 
 
+async def _hung_up(request: Request) -> None:
+    """Completes when the caller closes its connection (an ASGI http.disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _invalid(message: str) -> HTTPException:
     return HTTPException(422, message)
 
@@ -805,4 +847,11 @@ def _metrics(header: str | None) -> dict[str, Any]:
     return value
 
 
-__all__ = ["AgentBridge", "agent_router", "append", "body_limits"]
+__all__ = [
+    "AgentBridge",
+    "agent_router",
+    "append",
+    "body_limits",
+    "close_agent_polls",
+    "install_agent_api",
+]

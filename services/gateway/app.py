@@ -23,7 +23,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import status_subject
 from hpc_ds1.tokens import Principal
 
-from .agent_api import agent_router, body_limits
+from .agent_api import body_limits, install_agent_api
 from .audit_api import audit_router
 from .auth import auth_router, install_auth, login_exchange, require
 from .decide import decide_router
@@ -159,7 +159,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app.include_router(audit_router(settings, engine))
     app.include_router(evaluation_router(settings, engine))
     app.include_router(tasks_router(settings, bus, engine))
-    app.include_router(agent_router(settings, bus, engine))
+    install_agent_api(app, settings, bus, engine)
     app.include_router(fleet_router(settings, bus, engine))
     app.include_router(devices_router(settings, bus, engine))
 

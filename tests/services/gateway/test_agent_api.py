@@ -30,6 +30,7 @@ from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.models_store import models_bucket
 from hpc_ds1.services.gateway import create_app
+from hpc_ds1.services.gateway.agent_api import close_agent_polls
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token, token_hash
 
@@ -167,6 +168,61 @@ async def test_a_newer_poll_of_the_same_device_takes_over(
     await place(settings, bus, engine, "t-new", "dev-a")
     got = await asyncio.wait_for(new, 10)
     assert got.status_code == 200 and got.json()["task_id"] == "t-new"
+
+
+async def raw_poll(app: Any, device: str, wait_s: float, hang_up_after_s: float) -> list[Any]:
+    """GET /v1/agent/work straight through ASGI, the caller hanging up after a while."""
+    sent: list[Any] = []
+    asked = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.sleep(hang_up_after_s)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/v1/agent/work",
+        "raw_path": b"/v1/agent/work",
+        "root_path": "",
+        "query_string": f"wait={wait_s:g}".encode(),
+        "headers": [(b"authorization", f"Bearer {DEVICE_TOKENS[device]}".encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("gw", 80),
+    }
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_poll_ends_when_its_caller_hangs_up_or_the_gateway_stops(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    app = create_app(settings, bus, engine)
+    # Hung up after 0.3 s of a 20 s wait: the poll ends there, holding nothing back.
+    sent = await asyncio.wait_for(raw_poll(app, "dev-a", 20, 0.3), 10)
+    assert sent[0]["status"] == 204
+    await place(settings, bus, engine, "t-after", "dev-a")
+    got = await http.get("/v1/agent/work", params={"wait": 5}, headers=as_device("dev-a"))
+    assert got.status_code == 200 and got.json()["task_id"] == "t-after"
+
+    # The gateway stops: its open polls answer 204 at once, later ones too.
+    polling = asyncio.create_task(raw_poll(app, "dev-b", 20, 60))
+    await asyncio.sleep(0.5)
+    await close_agent_polls(app)
+    sent = await asyncio.wait_for(polling, 10)
+    assert sent[0]["status"] == 204
+    sent = await asyncio.wait_for(raw_poll(app, "dev-b", 20, 60), 10)
+    assert sent[0]["status"] == 204
 
 
 async def test_stale_work_is_skipped_and_lagging_work_is_not_lost(
