@@ -1,5 +1,7 @@
 """The coordinator: owns tuning sessions (step, keep/revert, stop, pause for approval); after a
-restart it rebuilds every unfinished session from the log and drives it on."""
+restart it rebuilds every unfinished session from the log and drives it on. It also makes the
+fleet's lifecycle decisions (fleet.py): requeue or fail a task whose run failed, device
+liveness crossings, and requeueing the tasks of a device that went offline or left."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.subjects import start_session_subject
 
 from .coordinator import Coordinator
+from .fleet import FleetLifecycle, facts
 
 __all__ = ["Coordinator", "run"]
 
@@ -19,11 +22,15 @@ async def run(ctx: ServiceContext) -> None:
         start_session_subject(ctx.settings), cb=coordinator.handle_start
     )
     ctx.facts["sessions_driven"] = lambda: len(coordinator.tasks)
+    fleet = FleetLifecycle(ctx)
+    ctx.facts.update(facts(fleet))
+    lifecycle = asyncio.create_task(fleet.run(ctx.stop), name="fleet-lifecycle")
     await coordinator.resume_unfinished()
     try:
         await ctx.stop.wait()
     finally:
         await sub.unsubscribe()
+        await asyncio.gather(lifecycle, return_exceptions=True)
         tasks = list(coordinator.tasks.values())
         for task in tasks:
             task.cancel()

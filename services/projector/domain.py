@@ -44,6 +44,7 @@ from hpc_ds1.events import (
     decode,
     typed,
 )
+from hpc_ds1.fleet.tasks import ACTIVE, DONE, failure_reason
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,10 @@ def _device_status(seq: int, env: Envelope, e: DeviceStatusChanged) -> list[Writ
 # that attempt is the task's current one and the task is where the event can come from, so a
 # repeated, late or stale event (a result of an attempt already requeued) changes nothing.
 # `failures` holds one entry per abandoned attempt: attempt N's entry is its N-th at most.
+# The same rules as the pure fold hpc_ds1.fleet.tasks.evolve (the coordinator's view).
 _t = tables.tasks
-_ACTIVE = ("placed", "running")
-_DONE = ("finished", "failed")
-
-
-def failure_reason(device_id: str, error: str) -> str:
-    """How a failed run reads in the task's failures (and in the coordinator's requeue)."""
-    return f"failed on {device_id}: {error}"
+_ACTIVE = ACTIVE
+_DONE = DONE
 
 
 def _task_update(seq: int, env: Envelope, task_id: str, *where: Any, **values: Any) -> Write:

@@ -1,0 +1,265 @@
+"""The coordinator's fleet lifecycle over real NATS (log, liveness KV) and Postgres (the
+projector running beside it): a silent device goes offline once and its task is requeued; a
+task that fails on three devices fails with each reason; a result or message that comes twice
+is acted on once; a restarted lifecycle announces nothing again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from hpc_ds1.audit import AuditFile
+from hpc_ds1.bus import EventBus
+from hpc_ds1.events import (
+    DeviceLeft,
+    DeviceRegistered,
+    Envelope,
+    Event,
+    TaskPlaced,
+    TaskRunFailed,
+    TaskStarted,
+    TaskSubmitted,
+    decode,
+    envelope,
+)
+from hpc_ds1.fleet.liveness import Heartbeat, beat, liveness_bucket
+from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.services.coordinator.fleet import FleetLifecycle
+from hpc_ds1.services.projector import Projector
+from hpc_ds1.settings import Settings
+
+OFFLINE_AFTER_S = 1.5
+CONFIG = {"ranks": 1, "threads": 1, "tile": 64}
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return settings.model_copy(update={"offline_after_s": OFFLINE_AFTER_S})
+
+
+@pytest.fixture
+async def ctx(fast: Settings, engine: Engine, bus: EventBus) -> AsyncIterator[ServiceContext]:
+    """The coordinator's context, with the projector folding the log beside it."""
+    assert fast.nats_url and fast.database_url
+    stop = asyncio.Event()
+    projector = Projector(engine, bus, AuditFile(fast.audit_path))
+    running = asyncio.create_task(projector.run(stop))
+    yield ServiceContext("coordinator", fast, fast.nats_url, fast.database_url, bus, engine, stop)
+    stop.set()
+    await running
+
+
+class Running:
+    """A FleetLifecycle running until stopped (a restart is a second one)."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.fleet = FleetLifecycle(ctx, tick_s=0.2)
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(self.fleet.run(self.stop))
+
+    async def ticks(self, n: int) -> None:
+        """Wait for n more complete passes of the liveness loop."""
+        target = self.fleet.ticks + n
+        await until(lambda: self.fleet.ticks >= target, what=f"{n} ticks")
+
+    async def close(self) -> None:
+        self.stop.set()
+        await self.task
+
+
+async def until(
+    check: Callable[[], Any] | Callable[[], Awaitable[Any]], what: str, timeout: float = 30.0
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if asyncio.iscoroutine(found):
+            found = await found
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def publish(bus: EventBus, event: Event) -> int:
+    return await bus.publish(envelope(event, actor="tester", source="test", prefix=bus.prefix))
+
+
+async def events_of(bus: EventBus, kind: str) -> list[Envelope]:
+    """Every event of a type ('task.requeued'), in log order."""
+    aggregate, name = kind.split(".")
+    found = []
+    async for chunk in bus.replay(1, f"{bus.prefix}.{aggregate}.*.{name}"):
+        found += [decode(r.data, r.subject) for r in chunk]
+    return found
+
+
+async def register(bus: EventBus, *devices: str) -> None:
+    for device_id in devices:
+        await publish(bus, DeviceRegistered(device_id=device_id, hostname=device_id))
+
+
+async def place(bus: EventBus, task_id: str, attempt: int, device_id: str) -> None:
+    await publish(
+        bus,
+        TaskPlaced(
+            task_id=task_id,
+            attempt=attempt,
+            device_id=device_id,
+            config=CONFIG,
+            expected_s=1.0,
+            queue_s=0.0,
+            basis="measured",
+            reason=f"{device_id}: best measured 1.0 s",
+        ),
+    )
+
+
+class Beating:
+    """Heartbeats for some devices every 0.2 s, until stopped."""
+
+    def __init__(self, ctx: ServiceContext, *devices: str) -> None:
+        self.devices = set(devices)
+        self.task = asyncio.create_task(self._beat(ctx))
+
+    async def _beat(self, ctx: ServiceContext) -> None:
+        kv = await liveness_bucket(ctx.bus.js, ctx.settings)
+        while True:
+            for device_id in list(self.devices):
+                await beat(kv, Heartbeat(device_id=device_id, time=time.time()))
+            await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def test_a_silent_device_goes_offline_once_and_its_running_task_is_requeued(
+    ctx: ServiceContext, bus: EventBus
+) -> None:
+    await register(bus, "dev-a", "dev-b")
+    beating = Beating(ctx, "dev-a", "dev-b")
+    running = Running(ctx)
+    try:
+        await until(lambda: running.fleet.devices_online() == 2, what="both devices online")
+        await publish(bus, TaskSubmitted(task_id="t1", workload="nbody", size=64, submitted_by="x"))
+        await place(bus, "t1", 1, "dev-a")
+        await publish(bus, TaskStarted(task_id="t1", attempt=1, device_id="dev-a"))
+
+        # A restart in between announces nothing again: its state comes from the log.
+        await running.close()
+        running = Running(ctx)
+        await running.ticks(3)
+        statuses = await events_of(bus, "device.status_changed")
+        assert sorted((e.data["device_id"], e.data["status"]) for e in statuses) == [
+            ("dev-a", "online"),
+            ("dev-b", "online"),
+        ]
+
+        beating.devices.discard("dev-a")  # dev-a falls silent
+        requeued = await until(lambda: events_of(bus, "task.requeued"), what="the requeue")
+        await running.ticks(3)
+        assert len(await events_of(bus, "task.requeued")) == 1
+        assert requeued[0].id == "requeued-t1-1"
+        assert requeued[0].data["attempt"] == 1 and requeued[0].data["device_id"] == "dev-a"
+        assert requeued[0].data["reason"] == "dev-a went offline: no heartbeat for 1.5 s"
+        offline = [e.data for e in await events_of(bus, "device.status_changed")][2:]
+        assert offline == [
+            {"device_id": "dev-a", "status": "offline", "reason": "no heartbeat for 1.5 s"}
+        ]
+        assert running.fleet.devices_online() == 1
+
+        beating.devices.add("dev-a")  # back
+        await until(lambda: running.fleet.devices_online() == 2, what="dev-a back online")
+        changes = [
+            (e.data["device_id"], e.data["status"])
+            for e in await events_of(bus, "device.status_changed")
+        ]
+        assert changes[2:] == [("dev-a", "offline"), ("dev-a", "online")]
+    finally:
+        await running.close()
+        await beating.close()
+
+
+async def test_a_task_that_fails_on_three_devices_fails_with_each_reason(
+    ctx: ServiceContext, bus: EventBus
+) -> None:
+    devices = ("dev-a", "dev-b", "dev-c")
+    await register(bus, *devices)
+    beating = Beating(ctx, *devices)
+    running = Running(ctx)
+    try:
+        await publish(bus, TaskSubmitted(task_id="t2", workload="gemm", size=64, submitted_by="x"))
+        for attempt, device_id in enumerate(devices, start=1):
+            await place(bus, "t2", attempt, device_id)
+            failure = TaskRunFailed(
+                task_id="t2", attempt=attempt, device_id=device_id, error=f"exit {attempt}"
+            )
+            await publish(bus, failure)
+            if attempt < len(devices):
+                found = await until(
+                    lambda a=attempt: _count(bus, "task.requeued", a), what=f"requeue {attempt}"
+                )
+                assert found[-1].data["reason"] == f"failed on {device_id}: exit {attempt}"
+        failed = await until(lambda: events_of(bus, "task.failed"), what="the task failed")
+        assert failed[0].id == "failed-t2"
+        assert failed[0].data == {
+            "task_id": "t2",
+            "reasons": [
+                "failed on dev-a: exit 1",
+                "failed on dev-b: exit 2",
+                "failed on dev-c: exit 3",
+            ],
+        }
+        assert len(await events_of(bus, "task.requeued")) == 2
+    finally:
+        await running.close()
+        await beating.close()
+
+
+async def _count(bus: EventBus, kind: str, n: int) -> list[Envelope] | None:
+    found = await events_of(bus, kind)
+    return found if len(found) >= n else None
+
+
+async def test_a_run_failure_that_comes_twice_requeues_once_and_a_left_device_gives_its_task_back(
+    ctx: ServiceContext, bus: EventBus
+) -> None:
+    await register(bus, "dev-a", "dev-b")
+    beating = Beating(ctx, "dev-a", "dev-b")
+    running = Running(ctx)
+    try:
+        await publish(bus, TaskSubmitted(task_id="t3", workload="gemm", size=64, submitted_by="x"))
+        await place(bus, "t3", 1, "dev-a")
+        failure = TaskRunFailed(task_id="t3", attempt=1, device_id="dev-a", error="oom")
+        first = envelope(failure, actor="tester", source="test", prefix=bus.prefix)
+        seq = await bus.publish(first)
+        await publish(bus, failure)  # the same result posted again (another envelope)
+        await until(lambda: events_of(bus, "task.requeued"), what="the requeue")
+        # The consumer's redelivery of the message, and a restarted lifecycle.
+        await running.fleet.on_run_failed(first, seq)
+        assert await running.fleet.settle("t3", 1, None) is None
+        assert await running.fleet.settle("t3", 1, "dev-a went offline") is None
+        await running.close()
+        running = Running(ctx)
+        await running.ticks(3)
+        requeued = await events_of(bus, "task.requeued")
+        assert [(e.id, e.data["reason"]) for e in requeued] == [
+            ("requeued-t3-1", "failed on dev-a: oom")
+        ]
+
+        await place(bus, "t3", 2, "dev-b")
+        await publish(bus, TaskStarted(task_id="t3", attempt=2, device_id="dev-b"))
+        await publish(bus, DeviceLeft(device_id="dev-b", reason="revoked"))
+        found = await until(lambda: _count(bus, "task.requeued", 2), what="the second requeue")
+        assert (found[1].id, found[1].data["reason"]) == ("requeued-t3-2", "dev-b left: revoked")
+        await running.ticks(3)
+        assert len(await events_of(bus, "task.requeued")) == 2
+    finally:
+        await running.close()
+        await beating.close()
