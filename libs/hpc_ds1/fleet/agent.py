@@ -59,6 +59,7 @@ DEVICE_FILE = "device.json"
 STOP_GRACE_S = 10.0  # a stop waits this long for the killed job's result to go out
 STOPPED_POST_S = 3.0  # the last result of a stopped job gets one short try
 MAX_BACKOFF_S = 30.0
+EMPTY_POLL_PAUSE_S = 1.0
 SYNC_RETRY_S = 60.0  # a failed upload of measurements/model is tried again after this
 MAX_POST_BYTES = 800_000  # measurements per post stay under the gateway's 1 MiB body limit
 MEASUREMENT_FIELDS = (
@@ -552,6 +553,7 @@ class Agent:
     # --- work ------------------------------------------------------------------------------
     async def _work_loop(self, client: AgentClient) -> None:
         while True:
+            asked = time.monotonic()
             try:
                 item = await self._retrying("wait for work", lambda: client.work(self.long_poll_s))
             except CredentialRefused as error:
@@ -562,6 +564,10 @@ class Agent:
                 continue
             if item is not None:
                 await self.handle(client, item)
+            elif time.monotonic() - asked < EMPTY_POLL_PAUSE_S:
+                # A server that answers "no work" at once (not holding the poll) is not asked
+                # again in a tight loop.
+                await self._pause(EMPTY_POLL_PAUSE_S)
 
     async def handle(self, client: AgentClient, item: WorkItem) -> TaskResult | None:
         """Announce, run and report one attempt; the delivered result (None: not run)."""

@@ -162,7 +162,9 @@ def runfailed_id(task_id: str, attempt: int) -> str:
 
 
 def measured_id(task_id: str, attempt: int) -> str:
-    return f"measured-{task_id}-{attempt}"
+    """The envelope id of an attempt's measurement (as the gateway gives every uploaded
+    measurement: `measurement-<measurement_id>`)."""
+    return f"measurement-{measurement_id_for(task_id, attempt)}"
 
 
 def fixed_envelope(
@@ -235,7 +237,7 @@ def task_events(
             )
         )
     final: Event
-    if result.status == "ok" and result.runtime_s is not None:
+    if result.status == "ok" and result.check_ok is not False and result.runtime_s is not None:
         final = TaskFinished(
             task_id=task_id,
             attempt=attempt,
