@@ -54,6 +54,7 @@ DURABLE = "placement"
 LIVENESS_POLL_S = 1.0
 RETRY_CONFLICT_S = 0.2
 MODELS_KEPT = 256
+FOLLOW_FAILURES = 5  # fetches failing in a row before the consumer is made again
 
 
 class PlacementService:
@@ -67,6 +68,7 @@ class PlacementService:
         self.retry_waiting = False
         self.unqueued: dict[str, WorkItem] = {}  # placed, not yet on the device's queue
         self.placed = 0
+        self.followed = 0  # the last stream sequence the follower took
         self.kv: Any = None
         self._models: dict[str, Any] = {}  # model version -> Model
         self._model_errors: dict[str, str] = {}  # model version -> why it cannot be used
@@ -107,13 +109,11 @@ class PlacementService:
         )
         return last
 
-    async def follow(self, start_seq: int) -> None:
-        """Fold every event after `start_seq - 1`, as it is appended, until stop. An event
-        that cannot be decoded goes to the dead-letter stream, like bus.consume does."""
+    async def _subscribe(self, start_seq: int) -> Any:
         js, stream = self.bus.js, self.bus.stream
         with contextlib.suppress(NotFoundError):
-            await js.delete_consumer(stream, DURABLE)  # from a previous start: its position
-        sub = await js.pull_subscribe(
+            await js.delete_consumer(stream, DURABLE)  # from before: its position is not ours
+        return await js.pull_subscribe(
             f"{self.bus.prefix}.>",
             durable=DURABLE,
             stream=stream,
@@ -125,16 +125,37 @@ class PlacementService:
                 ack_wait=30.0,
             ),
         )
+
+    async def follow(self, start_seq: int) -> None:
+        """Fold every event from `start_seq` on, as it is appended, until stop. An event that
+        cannot be decoded goes to the dead-letter stream, like bus.consume does. A consumer
+        that keeps failing (removed, or lost with its server) is made again from the event
+        after the last one folded."""
+        self.followed = start_seq - 1
+        sub = await self._subscribe(start_seq)
+        failures = 0
         try:
             while not self.ctx.stop.is_set():
                 try:
                     msgs = await sub.fetch(256, timeout=0.5)
                 except (NatsTimeout, TimeoutError):
+                    failures = 0
                     continue
                 except Exception as error:
-                    log.warning("fetch_failed", error=repr(error)[:300])
+                    failures += 1
+                    log.warning("fetch_failed", error=repr(error)[:300], in_a_row=failures)
                     await asyncio.sleep(0.5)
+                    if failures >= FOLLOW_FAILURES:
+                        with contextlib.suppress(Exception):
+                            await sub.unsubscribe()
+                        try:
+                            sub = await self._subscribe(self.followed + 1)
+                            failures = 0
+                            log.info("follower_made_again", from_seq=self.followed + 1)
+                        except Exception as again:
+                            log.warning("follower_not_made", error=repr(again)[:300])
                     continue
+                failures = 0
                 for msg in msgs:
                     await self._take(msg)
         finally:
@@ -142,6 +163,7 @@ class PlacementService:
                 await sub.unsubscribe()
 
     async def _take(self, msg: Any) -> None:
+        self.followed = max(self.followed, msg.metadata.sequence.stream)
         try:
             env = decode(msg.data, msg.subject)
             event = typed(env)

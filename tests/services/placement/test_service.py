@@ -188,3 +188,23 @@ async def test_without_a_measurement_the_devices_own_model_predicts_and_its_guar
         assert answer["ok"] and answer["device_id"] == "dev-m" and answer["basis"] == "predicted"
         bad = await bus.nc.request(placement_subject(settings), b"{}", timeout=10)
         assert orjson.loads(bad.data)["status"] == 422
+
+
+async def test_a_follower_that_keeps_failing_is_made_again_from_where_it_was(
+    settings: Settings, bus: EventBus, fleet: Any
+) -> None:
+    async with placement(settings):
+        for device_id in ("dev-a", "dev-b"):
+            await liveness.beat(fleet, liveness.Heartbeat(device_id=device_id, time=time.time()))
+        await publish(
+            bus, TaskSubmitted(task_id="f1", workload="nbody", size=512, submitted_by="e")
+        )
+        await wait_for(bus, "f1", "task.placed")
+        await bus.js.delete_consumer(settings.stream, "placement")  # its consumer is gone
+        await publish(
+            bus, TaskSubmitted(task_id="f2", workload="nbody", size=512, submitted_by="e")
+        )
+        second = await wait_for(bus, "f2", "task.placed")
+        assert second["device_id"] == "dev-b" and second["queue_s"] == 0.5  # f1 still counted
+    kinds = [t for t, _ in await task_events(bus, "f1")]
+    assert kinds.count("task.placed") == 1
