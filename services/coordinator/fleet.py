@@ -322,12 +322,12 @@ class FleetLifecycle:
             ):
                 await self.announce(device_id, "offline", offline_reason(self.settings))
         for row in rows:
-            reason = self._abandon_reason(row, beats, started, now)
+            reason = self.abandon_reason(row, beats, started, now)
             if reason is not None:
                 await self.settle(row.task_id, row.attempt, reason)
         self.ticks += 1
 
-    def _abandon_reason(
+    def abandon_reason(
         self, row: ActiveTask, beats: dict[str, Heartbeat], started: dict[str, float], now: float
     ) -> str | None:
         device_id = row.device_id

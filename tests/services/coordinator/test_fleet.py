@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from hpc_ds1.events import (
 )
 from hpc_ds1.fleet.liveness import Heartbeat, beat, liveness_bucket
 from hpc_ds1.runtime import ServiceContext
-from hpc_ds1.services.coordinator.fleet import FleetLifecycle
+from hpc_ds1.services.coordinator.fleet import ActiveTask, FleetLifecycle, pickup_timeout_s
 from hpc_ds1.services.projector import Projector
 from hpc_ds1.settings import Settings
 
@@ -263,3 +264,27 @@ async def test_a_run_failure_that_comes_twice_requeues_once_and_a_left_device_gi
     finally:
         await running.close()
         await beating.close()
+
+
+async def test_a_placed_task_is_given_back_when_its_online_device_sat_idle_past_the_pickup(
+    ctx: ServiceContext,
+) -> None:
+    fleet = FleetLifecycle(ctx)
+    timeout = pickup_timeout_s(ctx.settings)
+    now = 1_000_000.0
+    placed_at = datetime.fromtimestamp(now - timeout - 5, UTC)
+    beats = {"dev-a": Heartbeat(device_id="dev-a", time=now - 1)}
+    placed = ActiveTask("t", "dev-a", "placed", 1, placed_at)
+    assert fleet.abandon_reason(placed, beats, {}, now) == (
+        f"not picked up by dev-a in {timeout:g} s"
+    )
+    running = ActiveTask("t", "dev-a", "running", 1, placed_at)
+    assert fleet.abandon_reason(running, beats, {}, now) is None
+    # Another of its tasks started lately, or a heartbeat said it was busy: a queue, not a loss.
+    assert fleet.abandon_reason(placed, beats, {"dev-a": now - 10}, now) is None
+    fleet.busy_at["dev-a"] = now - 10
+    assert fleet.abandon_reason(placed, beats, {}, now) is None
+    # Silent past offline_after_s: offline wins, whatever the task's state.
+    assert fleet.abandon_reason(running, {}, {}, now) == (
+        "dev-a went offline: no heartbeat for 1.5 s"
+    )

@@ -26,7 +26,9 @@ from hpc_ds1.events import (
     TaskSubmitted,
     TaskWaiting,
     envelope,
+    typed,
 )
+from hpc_ds1.fleet.tasks import fold
 from hpc_ds1.services.projector import project, rebuild
 from hpc_ds1.settings import Settings
 
@@ -80,6 +82,18 @@ async def fold_all(settings: Settings, engine: Engine, bus: EventBus, events: li
     project(engine, raw, AuditFile(settings.audit_path))
 
 
+async def agrees_with_the_pure_fold(bus: EventBus, row: dict[str, Any]) -> None:
+    """The coordinator's fold (hpc_ds1.fleet.tasks) reads the task's history as the row does."""
+    history = [(seq, typed(env)) for seq, env in await bus.history("task", row["task_id"])]
+    state = fold([(seq, e) for seq, e in history if e is not None])
+    assert (state.status, state.attempt, state.device_id) == (
+        row["status"],
+        row["attempt"],
+        row["device_id"],
+    )
+    assert list(state.failures) == row["failures"]
+
+
 def task(engine: Engine, task_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
         query = select(tables.tasks).where(tables.tasks.c.task_id == task_id)
@@ -121,6 +135,7 @@ async def test_a_task_is_folded_through_requeue_and_stale_results_change_nothing
     assert (row["basis"], row["expected_s"], row["queue_s"]) == ("measured", 3.0, 1.0)
     assert row["reason"].startswith("dev-b: queue 1.0 s") and row["runner_up"] == "other 9.0 s"
     assert row["runtime_s"] is None and row["finished_at"] is None
+    await agrees_with_the_pure_fold(bus, row)
 
     await fold_all(
         settings,
@@ -140,6 +155,7 @@ async def test_a_task_is_folded_through_requeue_and_stale_results_change_nothing
     assert (row["status"], row["runtime_s"], row["measurement_id"]) == ("finished", 2.5, "m-2.5")
     assert row["started_at"] is not None and row["finished_at"] >= row["started_at"]
     assert row["failures"] == ["failed on dev-a: exit 1"]
+    await agrees_with_the_pure_fold(bus, row)
 
 
 async def test_offline_requeues_and_a_final_failure_keep_every_reason_once(
@@ -165,6 +181,7 @@ async def test_offline_requeues_and_a_final_failure_keep_every_reason_once(
     row = task(engine, "t2")
     assert row["status"] == "placed" and row["attempt"] == 3
     assert row["failures"] == [offline, offline, "failed on dev-c: wrong answer"]
+    await agrees_with_the_pure_fold(bus, row)
     reasons = [offline, offline, "failed on dev-c: wrong answer"]
     await fold_all(
         settings,
@@ -178,6 +195,7 @@ async def test_offline_requeues_and_a_final_failure_keep_every_reason_once(
     )
     row = task(engine, "t2")
     assert (row["status"], row["attempt"], row["failures"]) == ("failed", 3, reasons)
+    await agrees_with_the_pure_fold(bus, row)
 
 
 async def test_device_draining_and_liveness_are_folded_and_a_rebuild_gives_the_same_rows(
