@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ MEASUREMENTS_BODY_BYTES: Final = 8 << 20
 MEASUREMENTS_PATH: Final = "/v1/agent/measurements"
 MODEL_PATH: Final = "/v1/agent/model"
 MAX_METRICS_BYTES: Final = 16 << 10
+BEAT_TICK_S: Final = 0.25  # how often the heartbeats of polling devices are looked over
+SUBSCRIBING: Final = 8  # device queue subscriptions made at once (JetStream API calls)
 _MEASUREMENT_ID: Final = r"^[A-Za-z0-9_\-:]{1,128}$"
 _DONE: Final = frozenset({"finished", "failed"})
 _ACTIVE: Final = frozenset({"placed", "running"})
@@ -300,6 +303,7 @@ class AgentBridge:
         self._polling: dict[str, int] = {}
         self._beater: asyncio.Task[None] | None = None
         self.closed = False
+        self._subscribing = asyncio.Semaphore(SUBSCRIBING)
 
     async def close(self) -> None:
         """End the open polls (204 at once: the server waits for every request in flight
@@ -364,13 +368,24 @@ class AgentBridge:
         return known
 
     async def _keep_beating(self) -> None:
-        """While devices hold polls open, put their heartbeats every heartbeat_interval_s (a
-        poll lasts longer than a device may stay silent)."""
-        while self._polling:
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
-            devices = list(self._polling)
+        """While devices hold polls open, keep their heartbeats fresh (a poll lasts longer than
+        a device may stay silent): each device whose last heartbeat, its own or one put here,
+        is heartbeat_interval_s old is put again. Spread over small ticks, the most overdue
+        first, a bounded number a tick: a thousand devices polling make a steady trickle of
+        puts, not a burst every interval that stalls the queues."""
+        interval = self.settings.heartbeat_interval_s
+        tick = min(BEAT_TICK_S, interval / 4)
+        while self._polling and not self.closed:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            due = [
+                (known.beaten if (known := self._reported.get(d)) else 0.0, d)
+                for d in self._polling
+            ]
+            due = sorted(x for x in due if now - x[0] >= interval)
+            budget = max(8, math.ceil(2 * len(self._polling) * tick / interval))
             results = await asyncio.gather(
-                *(self._beat(d, force=True) for d in devices), return_exceptions=True
+                *(self._beat(d, force=True) for _, d in due[:budget]), return_exceptions=True
             )
             failed = [r for r in results if isinstance(r, BaseException)]
             if failed:
@@ -400,7 +415,8 @@ class AgentBridge:
         return await asyncio.shield(making)
 
     async def _subscribe(self, device: str) -> _DeviceQueue:
-        sub = await device_queue(self.bus.js, self.settings, device)
+        async with self._subscribing:  # a thousand first polls at once: a few API calls each
+            sub = await device_queue(self.bus.js, self.settings, device)
         made = _DeviceQueue(sub)
         self.queues[device] = made
         return made
