@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-longpoll clean
+.PHONY: help install run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ bench-placement: $(STAMP) ## placement time per task at 10 / 100 / 1,000 / 10,00
 
 bench-fleet-sim: $(STAMP) ## 1,000 tasks on a simulated fleet of measured runtimes: placement vs baselines
 	$(BIN)/python benchmarks/bench_fleet_sim.py
+
+bench-fleet-faults: $(STAMP) ## as root: kill -9 an agent / cut its link mid-task, 10 times each, on a 3-namespace fleet (not in `bench`)
+	$(BIN)/python benchmarks/bench_fleet_faults.py
 
 bench-longpoll: $(STAMP) ## one gateway, 1,000 long-polling agents: dispatch latency p50/p99 and CPU
 	$(BIN)/python benchmarks/bench_longpoll.py

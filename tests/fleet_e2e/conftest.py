@@ -42,6 +42,7 @@ from hpc_ds1.infra.ports import free_port
 
 VENV_BIN = Path(sys.executable).parent
 HPC_DS1 = str(VENV_BIN / "hpc-ds1")
+AGENT_COMMAND = [HPC_DS1, "agent"]
 WORKLOAD = "montecarlo"
 SMALL, LARGE = 200_000, 4_000_000  # measured by every device's setup
 SIZES = (SMALL, LARGE)
@@ -359,7 +360,7 @@ class Device:
 
     def start(self, server: str, join_token: str) -> None:
         self.starts += 1
-        argv = [*self.prefix(), HPC_DS1, "agent", "--server", server, "--token", join_token]
+        argv = [*self.prefix(), *AGENT_COMMAND, "--server", server, "--token", join_token]
         argv += ["--name", self.name]
         out = self.logs / f"agent-{self.letter}.out"
         err = self.logs / f"agent-{self.letter}.err"
@@ -420,6 +421,58 @@ class Fleet:
 
         return wait_for(online, within_s, f"devices {sorted(device_ids)} online", every_s=0.2)
 
+    def events_of(self, type: str, task_id: str) -> list[dict[str, Any]]:
+        """The data of every event of `type` about this task, oldest first."""
+        return [e["data"] for e in self.api.events(type) if e["data"].get("task_id") == task_id]
+
+    def requeued_because_offline(self, task_id: str, device_id: str) -> list[str]:
+        """The task's requeue reasons that name this device as offline."""
+        reasons = [r["reason"] for r in self.events_of("task.requeued", task_id)]
+        return [r for r in reasons if device_id in r and "offline" in r]
+
+    def hold_running(
+        self, task_id: str, within_s: float = 60.0
+    ) -> tuple[Device, list[psutil.Process]]:
+        """Wait until the task runs on its device and hold it there mid-run: each rank process
+        of its job is stopped (SIGSTOP) as soon as it appears, so the job cannot end before the
+        fault a test brings. RuntimeError when the task ended before it could be held."""
+        placed = self.api.wait_task(task_id, lambda t: t["placement"] is not None, 60, "placed")
+        device = self.by_id(placed["placement"]["device_id"])
+        held: list[psutil.Process] = []
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            for proc in device.ranks():
+                if proc not in held:
+                    with contextlib.suppress(psutil.Error):
+                        proc.suspend()
+                        held.append(proc)
+            task = self.api.task(task_id)
+            if task["status"] == "running" and held:
+                if task["placement"]["device_id"] != device.device_id:
+                    raise RuntimeError(f"task {task_id} moved while being held: {task}")
+                return device, held
+            if task["status"] in ("finished", "failed"):
+                raise RuntimeError(f"task {task_id} ended before it could be held: {task}")
+            time.sleep(0.02)
+        raise TimeoutError(f"task {task_id} did not run on {device.name} within {within_s:g} s")
+
+    def setup_runs(self, device: Device) -> int:
+        """How many runs the device's setup measured (it prints so)."""
+        text = (device.logs / f"setup-{device.letter}.out").read_text()
+        found = re.findall(r"measured (\d+) runs", text)
+        assert found, f"no 'measured N runs' in {device.name}'s setup output"
+        return int(found[-1])
+
+    def uploaded_runs(self, listed: dict[str, Any], device: Device) -> int:
+        kernels = {m["workload"]: m for m in listed[device.device_id]["measured"]}
+        return int(kernels[WORKLOAD]["runs"]) if WORKLOAD in kernels else 0
+
+    def all_uploaded(self) -> bool:
+        listed = self.api.devices()
+        return all(
+            self.uploaded_runs(listed, d) >= self.setup_runs(d) for d in self.devices.values()
+        )
+
     def log_files(self) -> list[Path]:
         """Every file any process of the fleet wrote: logs, homes (stores, databases, audit)."""
         return [p for p in self.root.rglob("*") if p.is_file() and not p.is_symlink()]
@@ -471,11 +524,12 @@ def netns_ok() -> None:
     remove_leftovers()
 
 
-@pytest.fixture(scope="module")
-def fleet(netns_ok: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    root = tmp_path_factory.mktemp("fleet")
+@contextlib.contextmanager
+def running_fleet(root: Path) -> Iterator[Fleet]:
+    """The whole fleet under `root`, removed on exit (also on failure)."""
     timings: dict[str, float] = {}
     t0 = time.monotonic()
+    remove_leftovers()
     third = free_subnet_base()
     spaces = {x: Netns.numbered(x, third, i) for i, x in enumerate(LETTERS)}
     devices = {
@@ -526,12 +580,21 @@ def fleet(netns_ok: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             )
         fleet.wait_online(fleet.remote_ids())
         timings["agents joined and online"] = time.monotonic() - started
+        # Each agent uploads its home's measurements once it has joined; the tests start when
+        # every device's are listed (or after 30 s: the first test then says what is missing).
+        with contextlib.suppress(TimeoutError):
+            wait_for(fleet.all_uploaded, 30, "every device's measurements uploaded", every_s=0.3)
+        timings["measurements uploaded"] = time.monotonic() - started
 
-        # The coordinator's own device is drained: the placements are between the three.
-        local = [d for d in api.devices().values() if d.get("local")]
-        if local:
-            fleet.local_device = local[0]["device_id"]
-            api.ok("POST", f"/v1/devices/{fleet.local_device}/drain", json={"draining": True})
+        # The coordinator's own device (serve's local agent) is drained: the placements are
+        # between the three remote devices.
+        local = wait_for(
+            lambda: [d for d in api.devices().values() if d.get("local")],
+            30,
+            "the coordinator's own device listed",
+        )
+        fleet.local_device = local[0]["device_id"]
+        api.ok("POST", f"/v1/devices/{fleet.local_device}/drain", json={"draining": True})
         timings["harness ready"] = time.monotonic() - t0
         yield fleet
     finally:
@@ -542,8 +605,15 @@ def fleet(netns_ok: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             serve.stop(timeout=30)
         for space in spaces.values():
             space.destroy()
-        timings["module total"] = time.monotonic() - t0
+        timings["total"] = time.monotonic() - t0
         report = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-        print(f"\nfleet e2e timings: {report}", file=sys.stderr)
+        print(f"\nfleet timings: {report}", file=sys.stderr)
         (root / "timings.json").write_text(json.dumps(timings, indent=1))
-        assert not any(space.exists() for space in spaces.values()), "a namespace was left"
+        left = [space.name for space in spaces.values() if space.exists()]
+        assert not left, f"namespaces or links left: {left}"
+
+
+@pytest.fixture(scope="module")
+def fleet(netns_ok: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with running_fleet(tmp_path_factory.mktemp("fleet")) as running:
+        yield running
