@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
 import socket
@@ -28,10 +29,11 @@ from sqlalchemy.engine import make_url
 from hpc_ds1.bus import EventBus
 from hpc_ds1.credentials import read_cli_token, read_join_token
 from hpc_ds1.db import make_engine, tables, upgrade
-from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, envelope
+from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, ModelPublished, envelope
 from hpc_ds1.fleet import Agent, submit
 from hpc_ds1.fleet.agent import device_file, load_identity
 from hpc_ds1.hardware import fingerprint
+from hpc_ds1.models_store import save_local
 from hpc_ds1.runtime import run_service
 from hpc_ds1.settings import Settings
 from hpc_ds1.workloads import get_workload
@@ -40,6 +42,11 @@ from tests.commands import HPC_DS1, cli_env
 SIZE = 100_000
 CONFIG = {"ranks": 1, "threads": 1, "tile": get_workload("montecarlo").default_tile}
 START_S = 120.0
+
+
+def nats_url_of(settings: Settings) -> str:
+    assert settings.nats_url
+    return settings.nats_url
 
 
 def free_port() -> int:
@@ -279,3 +286,53 @@ async def test_an_agent_joins_uploads_and_runs_what_is_submitted(
     serve_log = (tmp_path / "serve.err").read_text()
     assert coordinator.join_token not in serve_log
     assert identity.token not in serve_log
+
+
+async def test_the_devices_model_is_uploaded_at_start_and_again_when_it_changes(
+    coordinator: Coordinator, device_home: Settings, trained: Any
+) -> None:
+    data = trained.to_onnx()
+    hw = await asyncio.to_thread(fingerprint)
+    # As the trainer of the device's home leaves it: the file, latest.json, the published row.
+    await asyncio.to_thread(save_local, device_home.models_dir, trained.version, hw.device_id, data)
+    bus = await EventBus.connect(device_home, nats_url_of(device_home), "device-trainer")
+    try:
+        published = ModelPublished(
+            model_version=trained.version,
+            device_id=hw.device_id,
+            artifact=f"{hw.device_id}/{trained.version}.onnx",
+            sha256=hashlib.sha256(data).hexdigest(),
+            metrics={"r2": 0.5},
+            trained_on=17,
+        )
+        await bus.publish(envelope(published, actor="trainer", source="test", prefix=bus.prefix))
+    finally:
+        await bus.close()
+
+    def model_of_dev_b() -> dict[str, Any] | None:
+        found = device(coordinator.server, coordinator.cli_token, "dev-b")
+        return (found or {}).get("model")
+
+    async def wait_model(version: str) -> dict[str, Any]:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            model = await asyncio.to_thread(model_of_dev_b)
+            if model and model["model_version"] == f"dev-b:{version}":
+                return model
+            await asyncio.sleep(0.2)
+        raise AssertionError(
+            f"dev-b's model is not {version}: {await asyncio.to_thread(model_of_dev_b)}"
+        )
+
+    agent, task = await start_agent(coordinator, device_home)
+    try:
+        first = await wait_model(trained.version)
+        assert first["trained_on"] == 17
+        # A new model in the home (here the same bytes under a new version) is sent too.
+        await asyncio.to_thread(
+            save_local, device_home.models_dir, "retrained1", hw.device_id, data
+        )
+        await wait_model("retrained1")
+        assert agent.synced_version == "retrained1"
+    finally:
+        await stop_agent(agent, task)
