@@ -8,7 +8,9 @@ stores no measurements): 4 workloads x 3 sizes, each at every configuration of t
 space with ranks x threads <= 2 and the workload's default tile, 3 timed repeats after a
 warm-up. It is measured twice: unpinned (every CPU of this machine) and pinned to one CPU
 (sched_setaffinity on CPU 0 before the runner starts, which its mpiexec and ranks inherit, as
-`taskset -c 0` would). Those are the two device kinds of the fleet, half each: a device's best
+`taskset -c 0` would), one workload at a time so both kinds see about the same machine load
+(on a shared machine its load shows in the figures: see the load average printed). Those are
+the two device kinds of the fleet, half each: a device's best
 runtime for a job is the median of its best configuration there, and each run of a task takes
 one of that configuration's measured repeats (drawn once per task and kind, so every policy
 sees the same runs). Simulated devices do not slow each other down (separate machines).
@@ -76,7 +78,11 @@ def measure(jobs: dict[str, tuple[int, ...]], repeats: int = 3) -> tuple[Landsca
     from hpc_ds1.space import ConfigSpace
     from hpc_ds1.workloads import get_workload
 
-    runs: list[RunJob] = []
+    start = time.monotonic()
+    every = os.sched_getaffinity(0)
+    landscape: Landscape = {kind: {} for kind in KINDS}
+    # One workload at a time, unpinned then pinned, so both kinds of a job are measured under
+    # about the same load of this machine.
     for name, sizes in jobs.items():
         workload = get_workload(name)
         space = ConfigSpace.for_device(workload=workload)
@@ -85,27 +91,23 @@ def measure(jobs: dict[str, tuple[int, ...]], repeats: int = 3) -> tuple[Landsca
             for c in space.configs()
             if c.ranks * c.threads <= 2 and c.tile == workload.default_tile and not c.gpu
         ]
-        runs += [
+        runs = [
             RunJob(workload=name, size=s, config=c, repeats=repeats) for s in sizes for c in configs
         ]
-    start = time.monotonic()
-    every = os.sched_getaffinity(0)
-    landscape: Landscape = {}
-    for kind in KINDS:
-        os.sched_setaffinity(0, every if kind == "unpinned" else {min(every)})
-        try:
-            results = run_many(runs, timeout_s=300)
-        finally:
-            os.sched_setaffinity(0, every)
-        best: dict[Job, Cost] = {}
-        for r in results:
-            if not r.ok or r.runtime_s is None or r.check_ok is False:
-                continue
-            key = (r.workload, r.size)
-            if key not in best or r.runtime_s < best[key].runtime_s:
-                samples = tuple(r.runtimes_s) or (r.runtime_s,)
-                best[key] = Cost(r.runtime_s, r.config.model_dump(), samples)
-        landscape[kind] = best
+        for kind in KINDS:
+            os.sched_setaffinity(0, every if kind == "unpinned" else {min(every)})
+            try:
+                results = run_many(runs, timeout_s=300)
+            finally:
+                os.sched_setaffinity(0, every)
+            best = landscape[kind]
+            for r in results:
+                if not r.ok or r.runtime_s is None or r.check_ok is False:
+                    continue
+                key = (r.workload, r.size)
+                if key not in best or r.runtime_s < best[key].runtime_s:
+                    samples = tuple(r.runtimes_s) or (r.runtime_s,)
+                    best[key] = Cost(r.runtime_s, r.config.model_dump(), samples)
     common = set.intersection(*(set(costs) for costs in landscape.values()))
     landscape = {
         k: {j: c for j, c in costs.items() if j in common} for k, costs in landscape.items()
@@ -401,7 +403,11 @@ def main() -> None:
     else:
         print("landscape: measuring for real on this machine (unpinned, then pinned to 1 CPU)...")
         landscape, took = measure(JOBS)
-        print(f"landscape: measured in {took:.0f} s on {os.cpu_count()} CPUs")
+        avg = os.getloadavg()
+        print(
+            f"landscape: measured in {took:.0f} s on {os.cpu_count()} CPUs "
+            f"(load average after: {avg[0]:.1f} / {avg[1]:.1f} / {avg[2]:.1f})"
+        )
         if args.landscape is not None:
             save(landscape, args.landscape, took)
     print(describe_landscape(landscape))
