@@ -272,3 +272,22 @@ def test_measurements_go_in_posts_under_the_body_limit() -> None:
     assert len(chunks) > 1
     assert all(len(json.dumps(c)) <= 2000 + 300 for c in chunks)
     assert measurement_chunks([]) == []
+
+
+async def test_a_stop_while_the_coordinator_holds_the_join_returns_at_once(
+    tmp_path: Path,
+) -> None:
+    joining = asyncio.Event()
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        joining.set()
+        await asyncio.sleep(60)
+        return httpx.Response(503)
+
+    agent = Agent(SERVER, JOIN_TOKEN, home=tmp_path)
+    agent.transport = httpx.MockTransport(slow)
+    task = asyncio.create_task(agent.serve())
+    await asyncio.wait_for(joining.wait(), 30)
+    agent.stop()
+    await asyncio.wait_for(task, 5)  # not the 60 s the coordinator would hold it
+    assert agent.device_id is None and not device_file(tmp_path).exists()

@@ -325,7 +325,7 @@ class Agent:
         handled = self._install_signals()
         client = AgentClient(self.server, self._join_token, transport=self.transport)
         try:
-            identity = await self._identity(client)
+            identity = await self._until_stopped(self._identity(client))
             client.use_token(identity.token)
             if self.on_ready is not None:
                 self.on_ready(identity.device_id)
@@ -382,6 +382,21 @@ class Agent:
                 raise outcome
 
     # --- waiting and retrying ----------------------------------------------------------------
+    async def _until_stopped(self, work: Awaitable[T]) -> T:
+        """`work`, abandoned (raising _Stopping) as soon as the agent stops."""
+        assert self._stopping is not None
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise _Stopping
+        return task.result()
+
     async def _pause(self, seconds: float) -> None:
         """Sleep, or raise _Stopping as soon as the agent stops."""
         assert self._stopping is not None
@@ -560,6 +575,11 @@ class Agent:
                 raise self._refused(error) from None
             except FleetError as error:  # a 4xx: not worth hammering
                 log.error("work_poll_refused", error=str(error))
+                if error.status == 422 and self.long_poll_s > 1.0:
+                    # The coordinator holds polls for less than it said when this device
+                    # joined (its long_poll_s changed): ask for shorter ones.
+                    self.long_poll_s = max(1.0, self.long_poll_s / 2)
+                    continue
                 await self._pause(MAX_BACKOFF_S)
                 continue
             if item is not None:
