@@ -85,6 +85,37 @@ class PlacementService:
             self.retry_waiting = True
             self.wake.set()
 
+    def take(self, seq: int, subject: str, data: bytes) -> None:
+        """Fold one stored event. One this version does not know, or cannot read, still moves
+        its task's version on (placement appends after it, not in front of it); raises
+        MalformedEvent for the caller to set it aside."""
+        try:
+            env = decode(data, subject)
+            event = typed(env)
+        except MalformedEvent:
+            self._saw(subject, seq)
+            raise
+        if event is None:
+            self._saw(subject, seq)
+        else:
+            self.fold(seq, env, event)
+
+    def _saw(self, subject: str, seq: int) -> None:
+        parts = subject.split(".")
+        if len(parts) == 4 and parts[1] == "task":
+            self.state.saw(parts[2], seq)
+
+    async def catch_up(self, task_id: str) -> None:
+        """Fold the task's events after the last one folded (the follower may be behind)."""
+        task = self.state.tasks.get(task_id)
+        if task is None:
+            return
+        subject = self.bus.aggregate_subjects("task", task_id)
+        async for chunk in self.bus.replay(task.version + 1, subject):
+            for raw in chunk:
+                with contextlib.suppress(MalformedEvent):
+                    self.take(raw.seq, raw.subject, raw.data)
+
     async def replay(self) -> int:
         """Fold the whole log as it is now; the last sequence folded."""
         last = await self.bus.last_sequence()
@@ -92,14 +123,11 @@ class PlacementService:
         async for chunk in self.bus.replay(1, stop_at=last):
             for raw in chunk:
                 try:
-                    env = decode(raw.data, raw.subject)
-                    event = typed(env)
+                    self.take(raw.seq, raw.subject, raw.data)
                 except MalformedEvent as error:  # kept in the log, never in placement's way
                     log.warning("event_skipped", seq=raw.seq, error=str(error)[:300])
                     continue
-                if event is not None:
-                    self.fold(raw.seq, env, event)
-                    folded += 1
+                folded += 1
         log.info(
             "replayed",
             last_seq=last,
@@ -163,12 +191,10 @@ class PlacementService:
                 await sub.unsubscribe()
 
     async def _take(self, msg: Any) -> None:
-        self.followed = max(self.followed, msg.metadata.sequence.stream)
+        seq = msg.metadata.sequence.stream
+        self.followed = max(self.followed, seq)
         try:
-            env = decode(msg.data, msg.subject)
-            event = typed(env)
-            if event is not None:
-                self.fold(msg.metadata.sequence.stream, env, event)
+            self.take(seq, msg.subject, msg.data)
         except Exception as error:  # malformed, or a fold that cannot take it
             await self.bus.dead_letter(msg, DURABLE, f"malformed: {error}")
             await msg.term()
@@ -288,6 +314,10 @@ class PlacementService:
             seq = await self.bus.publish(env, expected_version=task.version)
         except ConcurrencyConflict:
             log.info("task_moved_on", task_id=task.task_id)
+            try:
+                await self.catch_up(task.task_id)
+            except Exception as error:  # the follower brings them anyway
+                log.warning("catch_up_failed", task_id=task.task_id, error=repr(error)[:300])
             loop = asyncio.get_running_loop()
             loop.call_later(RETRY_CONFLICT_S, self._retry, task.task_id)
             return None

@@ -517,6 +517,13 @@ class FleetState:
             self.ended.add(task_id)
         return change
 
+    def saw(self, task_id: str, seq: int) -> None:
+        """An event of the task this fold does not take (a newer type, unreadable data) still
+        moves its version on."""
+        task = self.tasks.get(task_id)
+        if task is not None and seq > task.version:
+            task.version = seq
+
     def _measurement(self, e: MeasurementRecorded) -> Change:
         if not measured_ok(e) or e.runtime_s is None:
             return Change()

@@ -20,6 +20,7 @@ import pytest
 from hpc_ds1.bus import EventBus
 from hpc_ds1.events import (
     DeviceRegistered,
+    Envelope,
     Event,
     MeasurementRecorded,
     ModelPublished,
@@ -208,3 +209,31 @@ async def test_a_follower_that_keeps_failing_is_made_again_from_where_it_was(
         assert second["device_id"] == "dev-b" and second["queue_s"] == 0.5  # f1 still counted
     kinds = [t for t, _ in await task_events(bus, "f1")]
     assert kinds.count("task.placed") == 1
+
+
+async def test_an_event_of_a_type_it_does_not_know_does_not_block_the_task(
+    settings: Settings, bus: EventBus, fleet: Any
+) -> None:
+    """A newer version's event on the task (or an unreadable one) moves the task's version on:
+    placement appends after it instead of conflicting with it forever."""
+    async with placement(settings):
+        await publish(
+            bus, TaskSubmitted(task_id="u1", workload="nbody", size=512, submitted_by="e")
+        )
+        await wait_for(bus, "u1", "task.waiting")
+        note = Envelope(
+            type="task.annotated",
+            version=1,
+            subject=f"{bus.prefix}.task.u1.annotated",
+            actor="future",
+            source="test",
+            data={"note": "from a newer version"},
+        )
+        await bus.publish(note)
+        await asyncio.sleep(1.0)  # the follower takes it
+        for device_id in ("dev-a", "dev-b"):
+            await liveness.beat(fleet, liveness.Heartbeat(device_id=device_id, time=time.time()))
+        placed = await wait_for(bus, "u1", "task.placed")
+        assert placed["device_id"] == "dev-b"
+    kinds = [t for t, _ in await task_events(bus, "u1")]
+    assert kinds == ["task.submitted", "task.waiting", "task.annotated", "task.placed"]
