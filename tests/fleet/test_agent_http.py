@@ -188,6 +188,18 @@ def device(server: str, token: str, device_id: str) -> dict[str, Any] | None:
     return reply.json() if reply.status_code == 200 else None
 
 
+async def wait_task(coordinator: Coordinator, task_id: str, ok: Any) -> dict[str, Any]:
+    url = f"{coordinator.server}/v1/tasks/{task_id}"
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(headers=_bearer(coordinator.cli_token)) as http:
+        while time.monotonic() < deadline:
+            found: dict[str, Any] = (await http.get(url)).json()
+            if ok(found):
+                return found
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"task {task_id} did not get there: {found}")
+
+
 async def start_agent(coordinator: Coordinator, home: Settings) -> tuple[Agent, asyncio.Task[None]]:
     agent = Agent(coordinator.server, coordinator.join_token, home=home.home, name="dev-b")
     agent.settings = home  # its own log and database (as hpc-ds1 setup left them)
@@ -269,9 +281,23 @@ async def test_an_agent_joins_uploads_and_runs_what_is_submitted(
         assert cli.returncode == 0, cli.stderr
         assert "finished on dev-b in " in cli.stdout and "ranks=1 threads=1" in cli.stdout
         assert coordinator.cli_token not in cli.stdout + cli.stderr
+
+        # A stop kills a running task at once, and says so to the coordinator.
+        long = await asyncio.to_thread(
+            submit,
+            coordinator.server,
+            coordinator.cli_token,
+            "montecarlo",
+            SIZE * 20_000,  # about 40 s here, by the measurement
+            wait=False,
+        )
+        await wait_task(coordinator, long["task_id"], lambda t: t["status"] == "running")
+        assert agent.running is not None and agent.running[0] == long["task_id"]
     finally:
         took = await stop_agent(agent, task)
     assert took < 15
+    stopped = await wait_task(coordinator, long["task_id"], lambda t: bool(t["failures"]))
+    assert "dev-b" in stopped["failures"][0] and "stopped during the run" in stopped["failures"][0]
 
     # A restart keeps the identity: no second device.
     agent, task = await start_agent(coordinator, device_home)
