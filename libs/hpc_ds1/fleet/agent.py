@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..credentials import CredentialError, _replace, credentials_dir
-from ..devicelock import Cancelled
+from ..devicelock import Cancelled, device_lock
 from ..log import get_logger
 from ..requests import SAFE_ID, SAFE_ID_RULE
 from ..settings import Settings
@@ -261,6 +261,11 @@ def measurement_chunks(
 # --- the agent --------------------------------------------------------------------------
 
 
+def _sweep_leftovers(home: Path) -> None:
+    with contextlib.suppress(TimeoutError), device_lock(home, timeout=0):
+        pass
+
+
 class _Stopping(Exception):
     """The agent is stopping: give up what was being retried."""
 
@@ -323,6 +328,9 @@ class Agent:
         if self._stop_requested.is_set():
             return
         handled = self._install_signals()
+        # A job left on record by a previous agent of this home (killed with its guard, say
+        # by kill -9) dies now: whoever takes the free device lock kills it.
+        await asyncio.to_thread(_sweep_leftovers, self.home)
         client = AgentClient(self.server, self._join_token, transport=self.transport)
         try:
             identity = await self._until_stopped(self._identity(client))
