@@ -11,6 +11,7 @@ agent stops."""
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from .work import WorkItem
 
 log = get_logger("fleet")
 
+MAX_ERROR = 1900  # characters of an error sent (the gateway takes up to requests.MAX_NOTE)
 TASK_REPEATS = 1  # timed runs of a task (after the runner's one warm-up)
 ResultStatus = Literal["ok", "failed", "timed_out", "wrong_answer"]
 
@@ -61,7 +63,9 @@ class TaskResult(BaseModel):
 
 def refused(item: WorkItem, why: str) -> TaskResult:
     """A result for an attempt that could not start (bad configuration, too long, ...)."""
-    return TaskResult(attempt=item.attempt, status="failed", config=dict(item.config), error=why)
+    return TaskResult(
+        attempt=item.attempt, status="failed", config=dict(item.config), error=_short(why)
+    )
 
 
 def stopped(item: WorkItem, device_id: str) -> TaskResult:
@@ -70,6 +74,17 @@ def stopped(item: WorkItem, device_id: str) -> TaskResult:
         item,
         f"the agent of {device_id} stopped during the run (its processes were killed)",
     )
+
+
+def _short(text: str) -> str:
+    """An error as a coordinator takes it (at most MAX_ERROR characters: the end is kept, where
+    a traceback names the cause)."""
+    return text if len(text) <= MAX_ERROR else "…" + text[-(MAX_ERROR - 1) :]
+
+
+def _finite(value: float | None) -> float | None:
+    """NaN and infinities are not numbers a coordinator accepts: reported as unknown."""
+    return value if value is None or math.isfinite(value) else None
 
 
 def from_run(item: WorkItem, result: RunResult) -> TaskResult:
@@ -81,20 +96,21 @@ def from_run(item: WorkItem, result: RunResult) -> TaskResult:
     elif result.status.value == "failed":
         error = result.error or "the run failed"
     status: ResultStatus = result.status.value  # type: ignore[assignment]
-    if status == "ok" and result.runtime_s is None:
+    runtime = _finite(result.runtime_s)
+    if status == "ok" and runtime is None:
         status, error = "failed", "the run reported no runtime"
     return TaskResult(
         attempt=item.attempt,
         status=status,
         config=result.config.model_dump(),
-        runtime_s=result.runtime_s,
-        spread=result.spread,
+        runtime_s=runtime,
+        spread=_finite(result.spread),
         repeats=max(1, result.repeats),
         check_ok=result.check_ok,
-        check_error=result.check_error,
-        throughput=result.throughput,
+        check_error=_finite(result.check_error),
+        throughput=_finite(result.throughput),
         throughput_unit=result.throughput_unit or None,
-        error=error,
+        error=None if error is None else _short(error),
     )
 
 
