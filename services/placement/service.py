@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from typing import Any
 
@@ -493,6 +494,8 @@ def predict(
         )
     except Exception as error:
         return repr(error)[:300]
+    if not math.isfinite(rec.predicted_runtime_s) or rec.predicted_runtime_s < 0:
+        return f"the model predicted {rec.predicted_runtime_s} s"
     return Estimate(
         runtime_s=float(rec.predicted_runtime_s),
         config=rec.config.model_dump(),
