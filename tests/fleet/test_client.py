@@ -184,3 +184,28 @@ async def test_the_agent_client_on_a_closed_port_is_unreachable() -> None:
             await client.heartbeat(None, None)
     finally:
         await client.close()
+
+
+def test_the_submit_command_prints_placement_and_result() -> None:
+    from hpc_ds1.cli.submit import render
+
+    task: dict[str, Any] = {
+        "task_id": "t1",
+        "status": "finished",
+        "placement": {"reason": "dev-b: queue 0 s + best measured 4.2 s", "expected_s": 4.2},
+        "result": {
+            "device_id": "dev-b",
+            "config": {"ranks": 2, "threads": 1, "tile": 64, "gpu": False},
+            "runtime_s": 4.3101,
+            "expected_s": 4.2,
+        },
+        "failures": [],
+    }
+    assert render(task).splitlines() == [
+        "placed: dev-b: queue 0 s + best measured 4.2 s",
+        "finished on dev-b in 4.31 s (expected 4.2 s, ranks=2 threads=1)",
+    ]
+    failed = {**task, "status": "failed", "result": None, "failures": ["a: x", "b: y"]}
+    assert render(failed).splitlines()[-1] == "failed: a: x; b: y"
+    waiting = {**task, "status": "waiting", "placement": None, "waiting_for": "no device"}
+    assert render(waiting) == "status: waiting (no device)"

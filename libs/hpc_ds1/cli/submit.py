@@ -72,6 +72,13 @@ def handle(args: argparse.Namespace) -> int:
     return 1 if task.get("status") == "failed" else 0
 
 
+def seconds(value: float | None) -> str:
+    """4.31 s, 0.00225 s, 812.4 s."""
+    if value is None:
+        return "? s"
+    return f"{value:.3g} s" if abs(value) < 100 else f"{value:.1f} s"
+
+
 def config_text(config: dict[str, Any] | None) -> str:
     if not config:
         return "-"
@@ -93,9 +100,8 @@ def render(task: dict[str, Any]) -> str:
         expected = result.get("expected_s") or placement.get("expected_s")
         runtime = result.get("runtime_s")
         lines.append(
-            f"finished on {result.get('device_id')} in "
-            + (f"{runtime:.2f} s" if runtime is not None else "? s")
-            + (f" (expected {expected:.2f} s, " if expected is not None else " (")
+            f"finished on {result.get('device_id')} in {seconds(runtime)}"
+            + (f" (expected {seconds(expected)}, " if expected is not None else " (")
             + f"{config_text(result.get('config'))})"
         )
     elif status == "failed":
