@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
+from nats.errors import TimeoutError as NatsTimeout
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.events import (
@@ -129,11 +130,21 @@ async def test_a_task_goes_to_the_lower_measured_runtime_at_its_best_config(
         second = await wait_for(bus, "t1", "task.placed")
         assert second["device_id"] == "dev-b" and second["queue_s"] == 0.5
 
-    # A restart folds the log again: nothing is placed twice.
+    # The queues are lost while placement is down. A restart folds the log again: nothing is
+    # placed twice, and what was placed and not started is on its queue again, once.
+    await bus.js.delete_stream(settings.work_stream)
     async with placement(settings):
         await publish(bus, submit.model_copy(update={"task_id": "t2"}))
         third = await wait_for(bus, "t2", "task.placed")
         assert third["queue_s"] == 1.0  # t0 and t1, both still queued on dev-b
+        queue = await device_queue(bus.js, settings, "dev-b")
+        queued = []
+        with contextlib.suppress(NatsTimeout):
+            while len(queued) < 4:
+                for msg in await queue.fetch(1, timeout=2):
+                    queued.append(WorkItem.model_validate_json(msg.data).task_id)
+                    await msg.ack()
+        assert queued == ["t0", "t1", "t2"]
     for task_id in ("t0", "t1"):
         kinds = [t for t, _ in await task_events(bus, task_id)]
         assert kinds.count("task.placed") == 1, kinds
