@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import random
 import resource
@@ -53,7 +54,7 @@ CONFIG = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
 class LongpollConfig:
     agents: int = 1000
     items: int = 2000
-    rate: float = 200.0  # work items enqueued per second
+    rate: float = 100.0  # work items enqueued per second
     wait_s: float = 25.0  # each poll's `wait`
     idle_s: float = 10.0
     heartbeat_interval_s: float = 5.0
@@ -77,6 +78,8 @@ class LongpollResult:
     idle_cpu: float  # gateway CPU, in cores (1.0 = one core busy)
     dispatch_cpu: float
     bench_cpu: float  # this process (agents, enqueuer, projector) during dispatch
+    server_cpu: dict[str, float]  # embedded NATS and Postgres during dispatch
+    by_tenth: list[float]  # median latency of each tenth of the items, in enqueue order
     dispatch_s: float
     gateway_rss_mib: float
     heartbeat_interval_s: float = 5.0
@@ -175,9 +178,30 @@ async def _gateway_ready(port: int, process: subprocess.Popen[bytes], within_s: 
     raise SystemExit("the gateway did not answer /healthz")
 
 
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
+def _cpu(process: psutil.Process | list[psutil.Process]) -> float:
+    total = 0.0
+    for one in process if isinstance(process, list) else [process]:
+        try:
+            times = one.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _servers(me: psutil.Process) -> dict[str, list[psutil.Process]]:
+    """The embedded NATS and Postgres processes this benchmark started (empty: external)."""
+    found: dict[str, list[psutil.Process]] = {"nats": [], "postgres": []}
+    for child in me.children(recursive=True):
+        try:
+            name = child.name()
+        except psutil.NoSuchProcess:
+            continue
+        if "nats-server" in name:
+            found["nats"].append(child)
+        elif "postgres" in name:
+            found["postgres"].append(child)
+    return {k: v for k, v in found.items() if v}
 
 
 async def longpoll(config: LongpollConfig) -> LongpollResult:
@@ -263,6 +287,7 @@ async def _measure(
     errors: list[str] = []
     sent: dict[str, float] = {}
     latencies: list[float] = []
+    by_task: dict[str, float] = {}
     received: dict[str, str] = {}
     all_in = asyncio.Event()
 
@@ -276,6 +301,7 @@ async def _measure(
         received[item.task_id] = device
         if item.task_id in sent:
             latencies.append(now - sent[item.task_id])
+            by_task[item.task_id] = now - sent[item.task_id]
         if len(received) >= len(placed_on):
             all_in.set()
 
@@ -300,6 +326,8 @@ async def _measure(
         await asyncio.sleep(config.idle_s)
         idle_cpu = (_cpu(proc) - cpu0) / (time.perf_counter() - wall0)
 
+        servers = _servers(me)
+        servers0 = {k: _cpu(v) for k, v in servers.items()}
         cpu0, mine0, wall0 = _cpu(proc), _cpu(me), time.perf_counter()
         interval = 1.0 / config.rate
         for n, (task_id, device) in enumerate(placed_on.items()):
@@ -322,8 +350,14 @@ async def _measure(
         except TimeoutError:
             errors.append(f"only {len(received)} of {len(placed_on)} items arrived")
         elapsed = time.perf_counter() - wall0
+        in_order = [by_task[t] for t in placed_on if t in by_task]
+        step = max(1, math.ceil(len(in_order) / 10))
+        by_tenth = [
+            statistics.median(in_order[i : i + step]) for i in range(0, len(in_order), step)
+        ]
         dispatch_cpu = (_cpu(proc) - cpu0) / elapsed
         bench_cpu = (_cpu(me) - mine0) / elapsed
+        server_cpu = {k: (_cpu(v) - servers0[k]) / elapsed for k, v in servers.items()}
         rss = proc.memory_info().rss / 2**20
     finally:
         stop.set()
@@ -350,6 +384,8 @@ async def _measure(
         idle_cpu=idle_cpu,
         dispatch_cpu=dispatch_cpu,
         bench_cpu=bench_cpu,
+        server_cpu=server_cpu,
+        by_tenth=by_tenth,
         dispatch_s=elapsed,
         gateway_rss_mib=rss,
         heartbeat_interval_s=settings.heartbeat_interval_s,
@@ -394,9 +430,13 @@ def summary(result: LongpollResult) -> str:
         f"  dispatch {result.items} items at {result.rate:g}/s to random devices: enqueue -> "
         f"agent has it p50 {statistics.median(ms):.2f} ms, p90 {percentile(ms, 0.9):.2f} ms, "
         f"p99 {percentile(ms, 0.99):.2f} ms, max {max(ms):.2f} ms",
+        "           median by tenth of the run: "
+        + " ".join(f"{1000 * v:.0f}" for v in result.by_tenth)
+        + " ms",
         f"           gateway CPU {100 * result.dispatch_cpu:.1f} % of one core "
         f"({1000 * result.dispatch_cpu * result.dispatch_s / max(1, result.items):.2f} ms CPU "
-        f"per item); this process (agents, enqueuer, projector) {100 * result.bench_cpu:.1f} %",
+        f"per item); this process (agents, enqueuer, projector) {100 * result.bench_cpu:.1f} %"
+        + "".join(f", {k} {100 * v:.1f} %" for k, v in result.server_cpu.items()),
         f"           gateway RSS {result.gateway_rss_mib:.0f} MiB; {result.polls} polls answered, "
         f"{result.empty_polls} of them empty after their wait",
         f"  errors   {len(result.errors)}" + (f": {result.errors[:3]}" if result.errors else ""),
@@ -408,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--items", type=int, default=2000)
-    parser.add_argument("--rate", type=float, default=200.0, help="items enqueued per second")
+    parser.add_argument("--rate", type=float, default=100.0, help="items enqueued per second")
     parser.add_argument("--wait", type=float, default=25.0, help="each poll's wait (s)")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU sampling")
     parser.add_argument(

@@ -334,11 +334,13 @@ class AgentBridge:
         await self._beat(device, force=True)
 
     async def _beat(self, device: str, force: bool = False) -> None:
+        """Put the device's heartbeat (server time). Unless `force`, only when the last one is
+        half an interval old: a busy device polling again after each item costs no put each."""
         now = time.monotonic()
         known = self._reported.get(device)
         if known is None:
             known = await self._from_bucket(device)
-        if not force and now - known.beaten < min(1.0, self.settings.heartbeat_interval_s / 2):
+        if not force and now - known.beaten < self.settings.heartbeat_interval_s / 2:
             return
         running_for = None
         if known.running is not None and known.running_for_s is not None:
