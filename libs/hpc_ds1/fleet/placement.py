@@ -16,6 +16,7 @@ replay fold the same events with `FleetState.apply`, so they agree."""
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,6 +41,7 @@ from ..events import (
 )
 
 Basis = Literal["measured", "predicted", "none"]
+Scored = tuple[bool, float, str, float, "Estimate"]  # rejected, finish, device id, queue, estimate
 MAX_CANDIDATES = 16  # of a TaskPlaced event: the best ones (a fleet of 10,000 would not fit)
 PREDICTION_CACHE = 4096  # (workload, size) predictions kept per device and model
 NAMED = 4  # devices named in a waiting reason, per cause
@@ -279,6 +281,18 @@ def default_config(device: DeviceView, workload: str) -> dict[str, Any]:
         return {"ranks": 1, "threads": 1, "tile": 1, "gpu": False}
 
 
+class _Desc(str):
+    """A device id that sorts backwards: the bounded heap keeps its largest (rank, id) first."""
+
+    __slots__ = ()
+
+    def __lt__(self, other: str) -> bool:
+        return str.__gt__(self, other)
+
+    def __gt__(self, other: str) -> bool:
+        return str.__lt__(self, other)
+
+
 def place(
     task: TaskSpec,
     devices: Iterable[DeviceView],
@@ -293,7 +307,14 @@ def place(
     failed: list[str] = []
     offline: list[str] = []
     draining: list[str] = []
-    scored: list[tuple[bool, float, str, float, Estimate]] = []
+    # The best MAX_CANDIDATES by (rejected, finish, device id), kept in a bounded heap, so a
+    # large fleet allocates a few entries per task, not one per device.
+    # A max-heap of the best MAX_CANDIDATES by (rejected, finish, device id): its first entry
+    # is the worst kept, and a device that does not beat it costs no allocation.
+    heap: list[tuple[int, float, _Desc, Scored]] = []
+    edge_rejected, edge_finish = True, math.inf  # the worst kept, once the heap is full
+    best: Scored | None = None
+    faster: Scored | None = None  # the earliest of the guard-rejected
     unknown: list[tuple[float, str, DeviceView]] = []  # eligible, but no estimate at all
     for device in devices:
         if not device.registered:
@@ -313,14 +334,33 @@ def place(
             est = device.best.get(key) or device.predicted.get(key)
             if est is None:
                 unknown.append((queue, did, device))
+                continue
+            finish = queue + est.runtime_s
+            rejected = not est.accepted
+            if rejected and (faster is None or (finish, did) < faster[1:3]):
+                faster = (rejected, finish, did, queue, est)
+            full = len(heap) >= MAX_CANDIDATES
+            if full and (
+                rejected > edge_rejected or (rejected == edge_rejected and finish > edge_finish)
+            ):
+                continue  # neither a candidate nor the best
+            entry = (rejected, finish, did, queue, est)
+            if best is None or entry[:3] < best[:3]:
+                best = entry
+            item = (-rejected, -finish, _Desc(did), entry)
+            if not full:
+                heapq.heappush(heap, item)
+            elif entry[:3] < heap[0][3][:3]:
+                heapq.heapreplace(heap, item)
             else:
-                scored.append((not est.accepted, queue + est.runtime_s, did, queue, est))
-    if not scored and not unknown:
+                continue
+            edge_rejected, edge_finish = heap[0][3][0], heap[0][3][1]
+    if best is None and not unknown:
         return _waiting(task, total, left, failed, offline, draining)
-    if not scored:
+    if best is None:
         return _place_unknown(task, unknown)
-    top = heapq.nsmallest(MAX_CANDIDATES, scored)
-    rejected, finish, did, queue, est = top[0]
+    top = sorted((item[3] for item in heap), key=lambda e: e[:3])
+    rejected, finish, did, queue, est = best
     second = top[1] if len(top) > 1 else None
     head = (
         f"{did}: queue {seconds(queue)} + "
@@ -337,7 +377,6 @@ def place(
             f"earliest of them ({did}: {why})"
         )
     else:
-        faster = min((s for s in scored if s[0]), key=lambda s: (s[1], s[2]), default=None)
         if faster is not None and faster[1] < finish:
             why = "; ".join(faster[4].reasons) or "outside what its model knows"
             notes.append(
