@@ -4,6 +4,7 @@ failed on are left out, and a task with nowhere to go says what it waits for."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -280,3 +281,30 @@ def test_the_fold_follows_a_task_and_its_devices_queue() -> None:
     assert "t" not in s.tasks and s.ended == {"t"} and not s.devices["b"].queued
     s.apply(10, TaskSubmitted(task_id="t", workload="nbody", size=4, submitted_by="u"), 0)
     assert "t" not in s.tasks  # an ended task is not submitted again
+
+
+def test_the_candidates_are_the_best_16_by_guard_finish_and_id_whatever_the_order() -> None:
+    """The bounded selection gives what a full sort gives, ties and guard rejections included."""
+    rng = random.Random(7)
+    for _ in range(300):
+        devices = []
+        for i in range(rng.choice((3, 17, 60))):
+            runtime = rng.choice((1.0, 2.0, rng.uniform(0.1, 9.0)))
+            guard = ("far",) if rng.random() < 0.3 else ()
+            d = device(f"d{i:02d}", predicted={KEY: predicted(runtime, B, *guard)})
+            if rng.random() < 0.5:
+                d.add_queued("x", rng.choice((1.0, rng.uniform(0.0, 4.0))))
+            devices.append(d)
+        rng.shuffle(devices)
+        ranked = sorted(
+            devices,
+            key=lambda d: (
+                not d.predicted[KEY].accepted,
+                d.queue_s(0.0) + d.predicted[KEY].runtime_s,
+                d.device_id,
+            ),
+        )
+        got = placed(place(JOB, devices, 0.0))
+        assert got.device_id == ranked[0].device_id
+        assert [c.device_id for c in got.candidates] == [d.device_id for d in ranked[:16]]
+        assert got.runner_up == ranked[1].device_id
