@@ -31,6 +31,7 @@ import hashlib
 import math
 import time
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
@@ -93,7 +94,8 @@ MEASUREMENTS_PATH: Final = "/v1/agent/measurements"
 MODEL_PATH: Final = "/v1/agent/model"
 MAX_METRICS_BYTES: Final = 16 << 10
 BEAT_TICK_S: Final = 0.25  # how often the heartbeats of polling devices are looked over
-SUBSCRIBING: Final = 8  # device queue subscriptions made at once (JetStream API calls)
+SUBSCRIBING: Final = 8
+VET_THREADS: Final = 6  # device queue subscriptions made at once (JetStream API calls)
 _MEASUREMENT_ID: Final = r"^[A-Za-z0-9_\-:]{1,128}$"
 _DONE: Final = frozenset({"finished", "failed"})
 _ACTIVE: Final = frozenset({"placed", "running"})
@@ -304,6 +306,10 @@ class AgentBridge:
         self._beater: asyncio.Task[None] | None = None
         self.closed = False
         self._subscribing = asyncio.Semaphore(SUBSCRIBING)
+        # Work items are checked against the tasks table on threads of their own: the default
+        # pool also serves every request's token lookup, and a wave of polls coming back
+        # (their waits ending together) would queue the dispatch behind it.
+        self._db = ThreadPoolExecutor(max_workers=VET_THREADS, thread_name_prefix="agent-work")
 
     async def close(self) -> None:
         """End the open polls (204 at once: the server waits for every request in flight
@@ -312,6 +318,7 @@ class AgentBridge:
         self.closed = True
         if self._beater is not None:
             self._beater.cancel()
+        self._db.shutdown(wait=False)
         queues, self.queues = list(self.queues.values()), {}
         for queue in queues:
             if queue.fetching is not None:
@@ -482,6 +489,9 @@ class AgentBridge:
             if error is not None:
                 raise error
             msg = fetching.result()[0]
+            if self.closed:
+                await msg.nak()
+                return None
             verdict, item = await self._vet(msg.data, device)
             if verdict == "current" and item is not None:
                 if watcher.done() or self.closed:
@@ -524,7 +534,7 @@ class AgentBridge:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LAG_WAIT_S
         while True:
-            row = await asyncio.to_thread(task_state, self.engine, item.task_id)
+            row = await loop.run_in_executor(self._db, task_state, self.engine, item.task_id)
             if (
                 row is not None
                 and row["attempt"] == item.attempt
