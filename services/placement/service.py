@@ -54,7 +54,7 @@ log = get_logger("placement")
 DURABLE = "placement"
 LIVENESS_POLL_S = 1.0
 RETRY_CONFLICT_S = 0.2
-MODELS_KEPT = 256
+MODELS_KEPT = 32  # loaded models kept (each an onnxruntime session); predictions are cached apart
 FOLLOW_FAILURES = 5  # fetches failing in a row before the consumer is made again
 
 
