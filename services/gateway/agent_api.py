@@ -340,6 +340,23 @@ class AgentBridge:
         self._reported[device] = _Reported(body.running, body.running_for_s, body.queued)
         await self._beat(device, force=True)
 
+    async def running(self, device: str, task_id: str | None, finished: str | None = None) -> None:
+        """What a started (`task_id`) or a result (`finished`) says the device runs now: put
+        in its heartbeat at once and in those put on its behalf until its own next one
+        (placement reads them)."""
+        known = self._reported.get(device)
+        if known is None:
+            known = self._reported[device] = _Reported()
+        if finished is not None and known.running != finished:
+            return
+        known.running, known.running_for_s, known.at = task_id, 0.0, time.monotonic()
+        if task_id is not None:
+            known.queued = max(0, known.queued - 1)
+        try:
+            await self._beat(device, force=True)
+        except Exception as error:
+            log.warning("heartbeat_failed", device_id=device, error=repr(error)[:200])
+
     async def _beat(self, device: str, force: bool = False) -> None:
         """Put the device's heartbeat (server time). Unless `force`, only when the last one is
         half an interval old: a busy device polling again after each item costs no put each."""
@@ -672,6 +689,7 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
             event = TaskStarted(task_id=task_id, attempt=body.attempt, device_id=device)
             env_id = f"started-{task_id}-{body.attempt}"
             await append(bus, _envelope(settings, event, env_id, device, task_id))
+            await bridge.running(device, task_id)
         return Response(status_code=204)
 
     @router.post(
@@ -743,6 +761,7 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         # Appended even when the measurement was a repeat: a report cut off between the two
         # appends completes on its retry, and a complete one is stored once either way.
         fresh = await append(bus, _envelope(settings, outcome, env_id, device, task_id)) or fresh
+        await bridge.running(device, None, finished=task_id)
         kept = measurement_id if ran else None
         if not fresh:
             return AgentResultOut(recorded=False, measurement_id=kept, why=before)

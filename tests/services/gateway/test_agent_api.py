@@ -278,10 +278,15 @@ async def test_a_result_posted_twice_is_recorded_once(
     assert started.status_code == 204
     await fold(settings, bus, engine)
     assert task_row(engine, "t-twice")["status"] == "running"
+    kv = await liveness_bucket(bus.js, settings)
+    running = await last_beat(kv, "dev-a")
+    assert running is not None and running.running == "t-twice"  # for placement's queue
 
     first = await http.post(f"{url}/result", json=RESULT, headers=as_device("dev-a"))
     assert first.status_code == 200, first.text
     assert first.json() == {"recorded": True, "measurement_id": "task-t-twice-1", "why": None}
+    idle = await last_beat(kv, "dev-a")
+    assert idle is not None and idle.running is None
     # Again before the projector saw it (the log's de-duplication), and after (the row).
     second = await http.post(f"{url}/result", json=RESULT, headers=as_device("dev-a"))
     assert second.status_code == 200 and second.json()["recorded"] is False
