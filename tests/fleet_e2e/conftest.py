@@ -7,12 +7,16 @@
   only over HTTP through its veth, like a separate host;
 - three devices, each with its own home that first got a small real `hpc-ds1 setup`, run in the
   root namespace one after the other; one device is pinned to one CPU (`taskset -c 0`) for its
-  setup and its agent, so its multi-worker runs really are slower;
+  setup and its agent, so its jobs get one CPU where the others get two;
 - three `hpc-ds1 agent --server http://<root side>:<port> --token <join>` processes, one per
   namespace.
 
 The coordinator's own machine is a device too (serve runs a local agent); it is drained, so the
 placements measured here are between the three remote devices only.
+
+A fault "mid-task" is brought while the task's job is held: its rank processes are stopped
+(SIGSTOP) as they start and the task is seen running (Fleet.hold_running), so a short job cannot
+finish before the fault.
 
 Everything is removed at the end, also on failure: processes (by the ids started here and their
 descendants), namespaces and veth links. Namespaces and links left by an earlier run that died
@@ -375,6 +379,15 @@ class Device:
         identity = self.identity()
         assert identity is not None, f"{self.name} has not joined"
         return str(identity["device_id"])
+
+    def log_lines(self, word: str) -> list[str]:
+        """The lines of this device's agent output (both streams) that hold `word`."""
+        found = []
+        for kind in ("out", "err"):
+            path = self.logs / f"agent-{self.letter}.{kind}"
+            if path.exists():
+                found += [line for line in path.read_text().splitlines() if word in line]
+        return found
 
     def ranks(self) -> list[psutil.Process]:
         """The rank processes of the job this device's agent runs now."""

@@ -161,10 +161,15 @@ def test_the_three_devices_are_online_with_their_measured_kernels(fleet: Fleet) 
         assert entry["local"] is False
         assert entry["working_on"] is None
         kernels = {m["workload"]: m for m in entry["measured"]}
-        assert sorted(kernels[WORKLOAD]["sizes"]) == sorted(SIZES), entry["measured"]
         # Every run its setup measured came over, under this device's identity.
         measured = fleet.setup_runs(device)
-        assert kernels[WORKLOAD]["runs"] == measured == runs[device.device_id], entry
+        synced = device.log_lines("home_synced")
+        assert WORKLOAD in kernels, (
+            f"{device.name} lists no {WORKLOAD} measurement; its setup measured {measured} "
+            f"runs; its agent says: {synced}"
+        )
+        assert sorted(kernels[WORKLOAD]["sizes"]) == sorted(SIZES), entry["measured"]
+        assert kernels[WORKLOAD]["runs"] == measured == runs[device.device_id], (entry, synced)
         assert kernels[WORKLOAD]["correct_runs"] <= measured
         assert entry["hardware"]["cores"] >= 1
     if fleet.local_device is not None:
