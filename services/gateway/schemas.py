@@ -161,6 +161,19 @@ class TaskOut(BaseModel):
     result: TaskResultOut | None = None
     failures: list[str] = Field(default_factory=list)
     updated_at: str
+    placed_at: str | None = Field(default=None, description="When the current attempt was placed.")
+    started_at: str | None = Field(default=None, description="When it started on its device.")
+    finished_at: str | None = Field(default=None, description="When it finished (status finished).")
+
+
+class WorkloadOut(BaseModel):
+    name: str
+    min_size: int = Field(description="The smallest size a task of it may have.")
+    max_size: int = Field(description="The largest size a task of it may have.")
+
+
+class Workloads(BaseModel):
+    workloads: list[WorkloadOut]
 
 
 class TasksPage(BaseModel):

@@ -57,12 +57,28 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
     router = APIRouter(tags=["sessions"])
 
     @router.get("/v1/approvals", responses=READ_ERRORS)
-    async def waiting_approvals(_: Viewer) -> Approvals:
+    async def waiting_approvals(
+        _: Viewer,
+        status: Literal["waiting", "decided", "approved", "rejected"] = Query(
+            "waiting",
+            description="waiting (oldest first), or decided, approved or rejected (latest "
+            "decided first: who decided, when and the note)",
+        ),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> Approvals:
         """Moves waiting for an engineer: from which device, job and config, the suggested
-        move, its confidence and why it is here."""
+        move, its confidence and why it is here; or those already decided, with who decided."""
         t = tables.approvals
-        query = select(t).where(t.c.status == "waiting").order_by(t.c.seq)
-        return Approvals(approvals=await asyncio.to_thread(_rows, engine, query))
+        if status == "waiting":
+            query = select(t).where(t.c.status == "waiting").order_by(t.c.seq)
+        else:
+            shown = ("approved", "rejected") if status == "decided" else (status,)
+            query = (
+                select(t)
+                .where(t.c.status.in_(shown))
+                .order_by(t.c.decided_at.desc(), t.c.seq.desc())
+            )
+        return Approvals(approvals=await asyncio.to_thread(_rows, engine, query.limit(limit)))
 
     @router.post("/v1/approvals/{approval_id}", responses={**WRITE_ERRORS, **E404, **E409, **E503})
     async def decide(

@@ -28,7 +28,17 @@ from hpc_ds1.tokens import Principal
 from hpc_ds1.workloads import UnknownWorkload, get_workload, list_workloads
 
 from .auth import require
-from .schemas import E404, READ_ERRORS, WRITE_ERRORS, ErrorBody, Issue, TaskOut, TasksPage
+from .schemas import (
+    E404,
+    READ_ERRORS,
+    WRITE_ERRORS,
+    ErrorBody,
+    Issue,
+    TaskOut,
+    TasksPage,
+    WorkloadOut,
+    Workloads,
+)
 
 MAX_TASK_MEMORY_BYTES: Final = 256 << 30  # the largest job data a task may need (all ranks)
 SUBMIT_VISIBLE_S: Final = 5.0  # how long a submission waits for its row (so a GET finds it)
@@ -151,6 +161,9 @@ def task_json(row: dict[str, Any]) -> dict[str, Any]:
         "result": result,
         "failures": [str(f) for f in row.get("failures") or []],
         "updated_at": _iso(row["updated_at"]),
+        "placed_at": _iso(row.get("placed_at")) if placement is not None else None,
+        "started_at": _iso(row.get("started_at")) if placement is not None else None,
+        "finished_at": _iso(row.get("finished_at")) if status == "finished" else None,
     }
 
 
@@ -232,6 +245,20 @@ def tasks_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         tasks = [TaskOut.model_validate(task_json(r)) for r in rows]
         next_before = tasks[-1].submitted_at if len(tasks) == limit else None
         return TasksPage(tasks=tasks, next_before=next_before)
+
+    @router.get("/v1/workloads", responses=READ_ERRORS)
+    async def workloads(_: Viewer) -> Workloads:
+        """The registered workloads and the sizes a task of each may have (what POST /v1/tasks
+        accepts), for forms that offer them."""
+
+        def bounds() -> list[WorkloadOut]:
+            return [
+                WorkloadOut(name=name, min_size=low, max_size=high)
+                for name in list_workloads()
+                for low, high in [size_bounds(name)]
+            ]
+
+        return Workloads(workloads=await asyncio.to_thread(bounds))
 
     @router.get("/v1/tasks/{task_id}", responses={**READ_ERRORS, **E404})
     async def one_task(task_id: TaskId, _: Viewer) -> TaskOut:
