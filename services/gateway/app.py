@@ -31,6 +31,7 @@ from .devices_api import devices_router
 from .edge import BodyLimit, RequestLog
 from .evaluation_api import evaluation_router
 from .fleet_api import fleet_router
+from .machine_api import machine_router
 from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
 from .tasks_api import tasks_router
@@ -158,6 +159,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app.include_router(sessions_router(settings, bus, engine))
     app.include_router(audit_router(settings, engine))
     app.include_router(evaluation_router(settings, engine))
+    app.include_router(machine_router(settings, engine))
     app.include_router(tasks_router(settings, bus, engine))
     install_agent_api(app, settings, bus, engine)
     app.include_router(fleet_router(settings, bus, engine))
