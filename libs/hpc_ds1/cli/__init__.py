@@ -55,4 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`hpc-ds1 token join | head -1`): not an error of ours.
+        sys.stderr.close()
+        return 0
     return int(result or 0)

@@ -98,10 +98,12 @@ def render(task: dict[str, Any]) -> str:
     result = task.get("result") or {}
     if status == "finished" and result:
         expected = result.get("expected_s") or placement.get("expected_s")
+        if placement.get("basis") == "none":
+            expected = None  # placed without any estimate: 0 s would be a made-up figure
         runtime = result.get("runtime_s")
         lines.append(
             f"finished on {result.get('device_id')} in {seconds(runtime)}"
-            + (f" (expected {seconds(expected)}, " if expected is not None else " (")
+            + (f" (expected {seconds(expected)}, " if expected is not None else " (no estimate, ")
             + f"{config_text(result.get('config'))})"
         )
     elif status == "failed":
