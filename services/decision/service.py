@@ -38,6 +38,7 @@ from hpc_ds1.subjects import agent_run_subject
 log = get_logger("decision")
 
 DEVICE_CACHE_S = 5.0
+SYSTEM1_CACHE = 4096  # System 1 answers kept (per model, device, workload and size)
 MAX_IN_FLIGHT = 256  # decisions being answered at once; more get 503 at once
 MAX_RUNS_WAITING = 32  # of them, waiting for a real run on an agent
 STOP_GRACE_S = 5.0
@@ -92,11 +93,13 @@ class DecisionService:
         self._devices: dict[str | None, tuple[float, tuple[str, Fingerprint]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs_waiting = 0
+        self._system1: dict[tuple[str, str, str, int], dict[str, Any] | None] = {}
         # Set by run(): the model stack's imports in a thread; answers wait for it off the loop.
         self.warmed: asyncio.Future[None] | None = None
 
     async def forget_models(self, msg: Any) -> None:
         self._models.clear()
+        self._system1.clear()
 
     def in_flight(self) -> int:
         return len(self._tasks)
@@ -261,8 +264,56 @@ class DecisionService:
             "telemetry": telemetry,
             "ran": ran,
             "predicted_runtime_s": decision.predicted_runtime_s,
+            "predicted_runtimes_s": decision.predicted_runtimes_s,
+            "familiarity": {
+                "distance": decision.distance,
+                "threshold": decision.distance_threshold,
+                "familiar": decision.distance is None
+                or decision.distance_threshold is None
+                or decision.distance <= decision.distance_threshold,
+            },
+            "system1": self._recommend(
+                model, device_id, request.workload, request.size, space, thresholds, fingerprint
+            ),
             "actor": actor,
         }
+
+    def _recommend(
+        self,
+        model: Any,
+        device_id: str,
+        workload: str,
+        size: int,
+        space: ConfigSpace | None,
+        thresholds: Any,
+        fingerprint: Fingerprint,
+    ) -> dict[str, Any] | None:
+        """System 1 for the job (the whole configuration before anything runs), cached: it does
+        not depend on the configuration or telemetry. None for a workload not in the registry."""
+        if space is None:
+            return None
+        key = (str(model.version), device_id, workload, size)
+        if key in self._system1:
+            return self._system1[key]
+        try:
+            rec = model.recommend(
+                workload, size, thresholds=thresholds, space=space, fingerprint=fingerprint
+            )
+            found: dict[str, Any] | None = {
+                "config": rec.config.model_dump(),
+                "label": rec.config.label(),
+                "predicted_runtime_s": rec.predicted_runtime_s,
+                "confidence": rec.confidence,
+                "mode": rec.mode,
+                "reasons": list(rec.reasons),
+            }
+        except ValueError as error:  # no feasible configuration: the move decision stands
+            log.warning("no_system1", workload=workload, size=size, error=str(error))
+            found = None
+        if len(self._system1) >= SYSTEM1_CACHE:
+            self._system1.clear()
+        self._system1[key] = found
+        return found
 
     async def estimate(
         self, device_id: str, model: Any, request: DecideRequest, config: Config
