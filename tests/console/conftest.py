@@ -1,0 +1,305 @@
+"""The console in a real browser: one `hpc-ds1 serve --host 0.0.0.0` of its own home (on the
+test run's NATS and Postgres, its own stream, prefix and database) with real events in it: a
+small real setup of montecarlo (measured under real MPI ranks and trained), a tuning session
+paused on a move that waits for an engineer, a task placed on the local device and run, and a
+viewer's token. Debian's chromium (deploy/install-browser.sh, run by `make install` and `make
+test`) is driven by Playwright from pip through executable_path; without it the tests skip and
+say why.
+
+Every fixture here is package-scoped: the setup and the server are made once for the folder."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from hpc_ds1.credentials import read_cli_token, read_join_token
+from hpc_ds1.infra.ports import free_port
+from hpc_ds1.settings import Settings
+from hpc_ds1.workloads import get_workload
+from tests.commands import HPC_DS1, cli_env
+
+BROWSER = Path("/usr/bin/chromium")
+REPO = Path(__file__).resolve().parents[2]
+# `make test` names this folder at its end (CONSOLE_SCREENS in the Makefile).
+SCREENS = Path(os.environ.get("CONSOLE_SCREENS") or REPO / "build" / "console-screens")
+
+WORKLOAD = "montecarlo"
+SETUP_SIZES = (200_000, 400_000)
+# Below the measured range: the familiarity guard escalates every decision of the session, so
+# its first move waits for an engineer whatever the model's confidence.
+SIZES_ARG = ",".join(map(str, SETUP_SIZES))
+SESSION_SIZE = 100_000
+TASK_SIZE = 200_000
+START_S = 120.0
+SETUP_TIMEOUT_S = 600.0
+
+
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here, or None when they can."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (it is in the dev extras: make install)"
+    if not BROWSER.exists():
+        why = "not root" if os.geteuid() != 0 else "apt-get install chromium failed or no apt"
+        return (
+            f"{BROWSER} is missing ({why}): deploy/install-browser.sh, run by make install and "
+            "make test, installs Debian's chromium as root"
+        )
+    return None
+
+
+def non_loopback_ipv4() -> str | None:
+    """An IPv4 address of this machine that is not loopback: a browser that opens the console
+    there connects from it, so the gateway sees a peer that is not loopback."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10)
+        for word in out.stdout.split():
+            if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", word) and not word.startswith("127."):
+                with socket.socket() as probe:  # reachable from here on that address
+                    probe.bind((word, 0))
+                return word
+    return None
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class Console:
+    """The running console and what was put in it."""
+
+    base: str  # http://127.0.0.1:<port>
+    port: int
+    settings: Settings
+    admin: str  # the home's CLI token (admin)
+    viewer: str
+    join_token: str
+    device_id: str
+    session_id: str
+    approval_id: str
+    task_id: str
+    logs: Path
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+        return httpx.request(
+            method, self.base + path, headers=bearer(token or self.admin), timeout=30, **kw
+        )
+
+    def get(self, path: str, token: str | None = None, **kw: Any) -> Any:
+        reply = self.api("GET", path, token, **kw)
+        assert reply.status_code == 200, f"GET {path}: {reply.status_code} {reply.text[:500]}"
+        return reply.json()
+
+    def hpc(self, *args: str, timeout: float = 120) -> str:
+        done = subprocess.run(
+            [HPC_DS1, *args],
+            env=cli_env(self.settings),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert done.returncode == 0, f"hpc-ds1 {' '.join(args)}: {done.stdout}{done.stderr}"
+        return done.stdout
+
+    def login_token(self) -> str:
+        """A new one-time login token, from the URL that `hpc-ds1 token login` prints."""
+        out = self.hpc("token", "login")
+        found = re.search(r"\?token=(\S+)", out)
+        assert found, out
+        return found.group(1)
+
+    def serve_log(self) -> str:
+        return (self.logs / "serve.err").read_text(errors="replace")[-4000:]
+
+
+def _wait(what: str, check: Any, within_s: float, console: Console | None = None) -> Any:
+    deadline = time.monotonic() + within_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.3)
+    extra = f"\nserve's log:\n{console.serve_log()}" if console else ""
+    raise AssertionError(f"{what} within {within_s:.0f} s (last: {last!r}){extra}")
+
+
+@pytest.fixture(scope="package")
+def console_settings(
+    tmp_path_factory: pytest.TempPathFactory, nats_url: str, postgres_url: str
+) -> Iterator[Settings]:
+    name = f"console_{uuid.uuid4().hex[:10]}"
+    libpq = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    tag = uuid.uuid4().hex[:10]
+    yield Settings(
+        home=tmp_path_factory.mktemp("console") / "home",
+        nats_url=nats_url,
+        database_url=make_url(postgres_url).set(database=name).render_as_string(False),
+        stream=f"CON_{tag}",
+        subject_prefix=f"c{tag}",
+        log_json=True,
+    )
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="package")
+def console(
+    console_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Console]:
+    """`hpc-ds1 setup` (small, real), then `hpc-ds1 serve --host 0.0.0.0` with a session
+    waiting for an engineer, a finished task and a viewer token in it."""
+    missing = browser_missing()
+    if missing:
+        pytest.skip(missing)
+    settings = console_settings
+    logs = tmp_path_factory.mktemp("console-logs")
+    env = cli_env(settings)
+    started = time.monotonic()
+    setup = subprocess.run(
+        [HPC_DS1, "setup", "--workload", WORKLOAD, "--repeats", "1", "--sizes", SIZES_ARG],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SETUP_TIMEOUT_S,
+    )
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    setup_s = time.monotonic() - started
+
+    port = free_port()
+    serve_env = {**env, "HPC_DS1_HEARTBEAT_INTERVAL_S": "1"}
+    out, err = open(logs / "serve.out", "w"), open(logs / "serve.err", "w")
+    proc = subprocess.Popen(
+        [HPC_DS1, "serve", "--host", "0.0.0.0", "--port", str(port)],
+        env=serve_env,
+        stdout=out,
+        stderr=err,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def ready() -> str | None:
+            assert proc.poll() is None, (logs / "serve.err").read_text()[-4000:]
+            cli = read_cli_token(settings.home)
+            if cli and read_join_token(settings.home):
+                with contextlib.suppress(httpx.HTTPError):
+                    reply = httpx.get(f"{base}/readyz", headers=bearer(cli), timeout=2)
+                    if reply.status_code == 200:
+                        return cli
+            return None
+
+        admin = _wait("serve got ready", ready, START_S)
+        join = read_join_token(settings.home)
+        assert join
+        c = Console(
+            base=base,
+            port=port,
+            settings=settings,
+            admin=admin,
+            viewer="",
+            join_token=join,
+            device_id="",
+            session_id="",
+            approval_id="",
+            task_id="",
+            logs=logs,
+        )
+        created = c.hpc("token", "create", "--role", "viewer", "--name", "vic")
+        c.viewer = created.strip().splitlines()[1].strip()
+        assert c.get("/v1/whoami", c.viewer)["role"] == "viewer"
+
+        devices = _wait(
+            "the local device online",
+            lambda: [
+                d for d in c.get("/v1/devices")["devices"] if d["local"] and d["status"] == "online"
+            ],
+            60,
+            c,
+        )
+        c.device_id = devices[0]["device_id"]
+
+        # A session whose first move waits for an engineer (the guard: a size never measured).
+        wl = get_workload(WORKLOAD)
+        start = {"ranks": 1, "threads": 1, "tile": wl.default_tile}
+        reply = c.api(
+            "POST",
+            "/v1/sessions",
+            json={"workload": WORKLOAD, "size": SESSION_SIZE, "start": start},
+        )
+        assert reply.status_code in (200, 201, 202), reply.text
+        c.session_id = reply.json()["session_id"]
+
+        def waiting() -> list[dict[str, Any]]:
+            rows = c.get("/v1/approvals")["approvals"]
+            return [a for a in rows if a["session_id"] == c.session_id]
+
+        c.approval_id = _wait("the session's first move waits for an engineer", waiting, 180, c)[0][
+            "approval_id"
+        ]
+
+        # A task, placed on the local device (the only one) and run there for real.
+        reply = c.api("POST", "/v1/tasks", json={"workload": WORKLOAD, "size": TASK_SIZE})
+        assert reply.status_code in (200, 201, 202), reply.text
+        c.task_id = reply.json()["task_id"]
+        task = _wait(
+            "the task finished",
+            lambda: (
+                (t := c.get(f"/v1/tasks/{c.task_id}"))["status"] in ("finished", "failed") and t
+            ),
+            180,
+            c,
+        )
+        assert task["status"] == "finished", task
+        c.notes.update(setup_s=setup_s, ready_s=time.monotonic() - started)
+        yield c
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        out.close()
+        err.close()
+
+
+@pytest.fixture(scope="package")
+def browser(console: Console) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        # --no-sandbox: chromium's sandbox refuses to run as root.
+        chromium = p.chromium.launch(executable_path=str(BROWSER), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="package")
+def screens() -> Path:
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    for old in SCREENS.glob("*.png"):
+        old.unlink()
+    return SCREENS
