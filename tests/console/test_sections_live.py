@@ -267,6 +267,18 @@ async def test_the_fleet_sessions_and_decisions_sections_follow_the_log(
                 assert state == "true", (name, await page.inner_text(f"#{name}"))
             assert not errors, errors
 
+            # Every control of these sections has an accessible name (chromium's tree).
+            controls = page.locator(
+                ":is(#fleet, #approvals, #sessions, #decisions) "
+                ":is(a[href], button, input, select, textarea):visible"
+            )
+            assert await controls.count() > 15
+            for i in range(await controls.count()):
+                snapshot = (await controls.nth(i).aria_snapshot()).strip().splitlines()
+                assert snapshot and '"' in snapshot[0], await controls.nth(i).evaluate(
+                    "e => e.outerHTML"
+                )
+
             # Fleet: both devices, the measured kernel, the tasks and where they went.
             devices = await page.inner_text("#fleet [data-part='devices']")
             assert "coord" in devices and "node-b" in devices and "gemm" in devices, devices
