@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine, select, text
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -25,7 +25,8 @@ from hpc_ds1.tokens import Principal
 
 from .agent_api import body_limits, install_agent_api
 from .audit_api import audit_router
-from .auth import auth_router, install_auth, login_exchange, require
+from .auth import auth_router, install_auth, require
+from .console import install_console
 from .decide import decide_router
 from .devices_api import devices_router
 from .edge import BodyLimit, RequestLog
@@ -94,13 +95,10 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
         description="Tunes HPC jobs one change at a time; every decision is an event. Every "
         "call but /healthz and /readyz needs a token: 'Authorization: Bearer <token>', or the "
         "cookie the login URL printed by `hpc-ds1 serve` sets.",
+        # /docs is the console's: Swagger UI from files shipped in the package, not a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
-
-    @app.get("/", include_in_schema=False, response_model=None)
-    async def console(request: Request, token: str | None = None) -> Response:
-        if token is not None:
-            return await login_exchange(request, token)
-        return RedirectResponse("/docs")
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> Health:
@@ -164,6 +162,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     install_agent_api(app, settings, bus, engine)
     app.include_router(fleet_router(settings, bus, engine))
     app.include_router(devices_router(settings, bus, engine))
+    install_console(app, settings, bus, engine, redact=_redact)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
