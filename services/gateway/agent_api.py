@@ -774,7 +774,10 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         one already recorded (by measurement_id) is counted as known, not appended again."""
         unique: dict[str, MeasurementIn] = {}
         for m in body.measurements:
-            unique.setdefault(m.measurement_id, m)
+            # A home's ids (setup:<hardware id>:...) are the same on identical machines: each
+            # device's are its own, so one device can neither shadow nor squat another's.
+            own = f"{device}:{m.measurement_id}"
+            unique.setdefault(own, m.model_copy(update={"measurement_id": own}))
         known = await asyncio.to_thread(_known_measurements, engine, list(unique))
         envs = [
             _envelope(

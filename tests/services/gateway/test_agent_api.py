@@ -433,16 +433,18 @@ async def test_measurements_are_recorded_as_the_device_once(
     more = [*batch, measurement("m-3"), measurement("m-3")]
     third = await http.post(url, json={"measurements": more}, headers=as_device("dev-a"))
     assert third.json() == {"accepted": 1, "known": 4}
-    # dev-b re-sending dev-a's measurement does not take it over.
+    # dev-b with the same ids (identical machines measure under the same setup ids) keeps its
+    # own: each device's ids are its own, so neither shadows nor squats the other's.
     theirs = await http.post(url, json={"measurements": batch[:1]}, headers=as_device("dev-b"))
-    assert theirs.json() == {"accepted": 0, "known": 1}
+    assert theirs.json() == {"accepted": 1, "known": 0}
     await fold(settings, bus, engine)
     with engine.connect() as conn:
         rows = conn.execute(
             select(tables.measurements.c.measurement_id, tables.measurements.c.device_id)
         ).all()
-    assert sorted(rows) == [(f"m-{i}", "dev-a") for i in range(4)]
-    assert len(await events_of(bus, "measurement.recorded")) == 4
+    expected = [(f"dev-a:m-{i}", "dev-a") for i in range(4)] + [("dev-b:m-0", "dev-b")]
+    assert sorted(rows) == expected
+    assert len(await events_of(bus, "measurement.recorded")) == 5
 
     # The device is the credential's: a device_id field is refused, as are bad values.
     named = [measurement("m-9", device_id="dev-b")]
