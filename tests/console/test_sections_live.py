@@ -313,7 +313,10 @@ async def test_the_fleet_sessions_and_decisions_sections_follow_the_log(
             assert await detail.locator("svg .mark.kept").count() == 1
             assert await detail.locator("svg .mark.reverted").count() == 1
 
-            # Decisions: pages of 25 from the server (its cursors), older and back.
+            # Decisions: the audit file named where this server keeps it; pages of 25 from
+            # the server (its cursors), older and back.
+            lead = await page.inner_text("#decisions .lead")
+            assert f"{settings.audit_path} on the coordinator" in lead, lead
             rows = page.locator("#decisions [data-part='rows'] tr")
             assert await rows.count() == 25
             newest = int(await rows.first.get_attribute("data-seq") or 0)
