@@ -295,6 +295,10 @@ async def test_the_fleet_sessions_and_decisions_sections_follow_the_log(
             # The engineer's task form offers the registered workloads.
             options = await page.locator("#fleet-workload option").all_inner_texts()
             assert "gemm" in options and "stencil" in options, options
+            # Both forms start from the job measured on this machine.
+            for form in ("fleet", "sessions"):
+                assert await page.input_value(f"#{form}-workload") == "gemm"
+                assert await page.input_value(f"#{form}-size") == "512"
 
             # Approvals: the waiting move with its reason, buttons enabled for an engineer.
             waiting = page.locator("#approvals [data-part='waiting'] [data-approval-id='appr-3']")

@@ -28,6 +28,8 @@ function config(c) {
 
 /** Run `load` soon, at most once per quarter second however many events come; and once more
  *  when they stop, after the projection has folded what the last one announced. */
+const offers = (workloads, name) => workloads.some((w) => w.name === name);
+
 function refresher(load) {
   let pending = false;
   let again = null;
@@ -315,6 +317,11 @@ export async function init(root) {
     const { workloads } = await api("/v1/workloads");
     bounds = Object.fromEntries(workloads.map((w) => [w.name, w]));
     select.replaceChildren(...workloads.map((w) => el("option", { value: w.name }, w.name)));
+    // The job measured on this machine (the page's example), so the form runs as it is.
+    if (form.dataset.workload && offers(workloads, form.dataset.workload)) {
+      select.value = form.dataset.workload;
+      if (form.dataset.size) size.value = form.dataset.size;
+    }
   } catch (error) {
     said.textContent = `The workloads could not be read: ${error.message}`;
   }

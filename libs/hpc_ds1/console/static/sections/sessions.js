@@ -25,6 +25,8 @@ function config(c) {
   return fmtConfig(shown);
 }
 
+const offers = (workloads, name) => workloads.some((w) => w.name === name);
+
 function refresher(load) {
   let pending = false;
   let again = null;
@@ -313,6 +315,11 @@ export async function init(root) {
   try {
     const { workloads } = await api("/v1/workloads");
     select.replaceChildren(...workloads.map((w) => el("option", { value: w.name }, w.name)));
+    // The job measured on this machine (the page's example), so the form runs as it is.
+    if (form.dataset.workload && offers(workloads, form.dataset.workload)) {
+      select.value = form.dataset.workload;
+      if (form.dataset.size) size.value = form.dataset.size;
+    }
     const bounds = Object.fromEntries(workloads.map((w) => [w.name, w]));
     const show = () => {
       const w = bounds[select.value];
