@@ -383,5 +383,24 @@ async def test_the_fleet_sessions_and_decisions_sections_follow_the_log(
             said = await decided.inner_text()
             assert "alice" in said and "rejected" in said and "not on this node" in said, said
             assert not errors, errors
+            # A viewer sees the same sections, every engineer control disabled, and why.
+            viewer = await chromium.new_context(
+                viewport={"width": 1400, "height": 1000},
+                extra_http_headers={"Authorization": f"Bearer {ROLE_TOKENS['viewer']}"},
+            )
+            page = await viewer.new_page()
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            await page.goto(base + "/")
+            await page.wait_for_selector("body[data-ready='true']", timeout=WAIT_MS)
+            for form in ("#fleet [data-part='submit']", "#sessions [data-part='start']"):
+                controls = page.locator(f"{form} :is(select, input, button)")
+                assert await controls.count() >= 3
+                for i in range(await controls.count()):
+                    assert await controls.nth(i).is_disabled(), form
+            for part in ("submit-status", "start-status"):
+                said = await page.inner_text(f"[data-part='{part}']")
+                assert "needs an engineer token" in said and "viewer" in said, said
+            assert "--token …" in await page.inner_text("#fleet [data-part='join-command']")
+            assert not errors, errors
         finally:
             await chromium.close()
