@@ -273,6 +273,10 @@ def console(
         )
         assert task["status"] == "finished", task
         c.notes.update(setup_s=setup_s, ready_s=time.monotonic() - started)
+        print(
+            f"console fixture: setup {setup_s:.1f} s ({setup.stdout.splitlines()[0]}), "
+            f"serving with a waiting move and a finished task after {c.notes['ready_s']:.1f} s"
+        )
         yield c
     finally:
         with contextlib.suppress(ProcessLookupError):

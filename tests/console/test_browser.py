@@ -110,8 +110,13 @@ def test_the_sections_in_the_seed_order(admin: Any, screens: Path) -> None:
     ids = admin.evaluate("() => [...document.querySelectorAll('main > section')].map(s => s.id)")
     assert tuple(ids) == SECTIONS
     admin.screenshot(path=str(screens / "00_console.png"), full_page=True)
+    # Each section cut from a full-page capture (an element screenshot scrolls, and the sticky
+    # header would cover the top of a long section).
+    admin.evaluate("() => window.scrollTo(0, 0)")
     for n, name in enumerate(SECTIONS, 1):
-        admin.locator(f"#{name}").screenshot(path=str(screens / f"{n:02d}_{name}.png"))
+        box = admin.locator(f"#{name}").bounding_box()
+        assert box and box["height"] > 0, f"#{name} is not displayed"
+        admin.screenshot(path=str(screens / f"{n:02d}_{name}.png"), full_page=True, clip=box)
 
 
 def check_facility(page: Any, console: Console) -> None:
