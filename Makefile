@@ -28,7 +28,6 @@ run: $(STAMP) ## serve the product (embedded NATS + Postgres under $$HPC_DS1_HOM
 	$(BIN)/hpc-ds1 serve
 
 test: $(STAMP) browser lint typecheck pytest ## everything CI runs: lint, types, the test suite
-	@echo "console screenshots (one per section, from the browser tests): $(SCREENS)"
 
 lint: $(STAMP) ## ruff lint and format check, schemas in sync
 	$(BIN)/ruff check libs services migrations tests benchmarks
@@ -39,7 +38,9 @@ typecheck: $(STAMP) ## mypy over libs and services
 	$(BIN)/mypy
 
 pytest: $(STAMP) ## the test suite alone
-	$(BIN)/pytest -q
+	@status=0; $(BIN)/pytest -q -rs || status=$$?; \
+	if [ -d "$(SCREENS)" ]; then echo "console screenshots (one per section, tests/console): $(SCREENS)"; fi; \
+	exit $$status
 
 format: $(STAMP) ## apply ruff's formatting and fixes
 	$(BIN)/ruff format libs services migrations tests benchmarks
