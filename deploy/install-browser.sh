@@ -18,8 +18,9 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 echo "install-browser: installing Debian's chromium for the console's browser tests (apt)"
 export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y -qq --no-install-recommends chromium >/dev/null; then
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+install() { apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+if ! install && ! { apt-get update -qq >/dev/null && install; }; then
+  echo "install-browser: apt-get install chromium failed: the console's browser tests will skip" >&2
+  exit 0
 fi
-"$BROWSER" --version
+"$BROWSER" --version 2>/dev/null || echo "install-browser: $BROWSER does not run: the console's browser tests will fail or skip" >&2
