@@ -105,12 +105,12 @@ export function renderSetup(setup) {
       ? el(
           "p",
           {},
-          el("label", { for: "machine-progress" }, `${setup.measured} runs measured`),
+          el("label", { for: "machine-progress" }, `${setup.measured} run${setup.measured === 1 ? "" : "s"} measured`),
           " ",
           el("progress", { id: "machine-progress", max: goal, value: Math.min(setup.measured, goal), "aria-describedby": "machine-progress-detail" }),
           ` ${Math.min(100, Math.round((100 * setup.measured) / goal))} % of ${goal}`
         )
-      : el("p", {}, `${setup.measured} runs measured`),
+      : el("p", {}, `${setup.measured} run${setup.measured === 1 ? "" : "s"} measured`),
     el(
       "p",
       { id: "machine-progress-detail", class: "muted" },

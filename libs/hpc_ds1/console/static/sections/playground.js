@@ -120,7 +120,7 @@ export function renderAnswer(d) {
       { class: "muted" },
       d.ran
         ? `Ran for real on this machine: ${fmtSeconds(telemetry.runtime_s)}` +
-            (typeof telemetry.throughput === "number" ? `, ${num(telemetry.throughput)} throughput` : "") +
+            (typeof telemetry.throughput === "number" ? `, throughput ${num(telemetry.throughput)}` : "") +
             `; then one forward pass. `
         : "One forward pass, nothing ran. ",
       `${fmtConfig(d.config)} · expected after the move: ${fmtSeconds(d.predicted_runtime_s)}.`
