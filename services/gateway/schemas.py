@@ -104,6 +104,24 @@ class Decision(BaseModel):
     telemetry: dict[str, Any] | None = None
     ran: bool
     actor: str
+    alternatives: dict[str, float] = Field(
+        default_factory=dict, description="Every feasible move (and STOP) -> probability."
+    )
+    predicted_runtime_s: float | None = Field(
+        default=None, description="Expected runtime after the chosen move."
+    )
+    predicted_runtimes_s: dict[str, float] = Field(
+        default_factory=dict, description="Expected runtime after each move (STOP: as it is)."
+    )
+    familiarity: dict[str, Any] | None = Field(
+        default=None,
+        description="The guard's distance from the training data, its threshold, familiar.",
+    )
+    system1: dict[str, Any] | None = Field(
+        default=None,
+        description="System 1: the whole configuration before anything runs (config, label, "
+        "predicted_runtime_s, confidence, mode, reasons); null for an unregistered workload.",
+    )
 
 
 class Approvals(BaseModel):
