@@ -334,7 +334,7 @@ def test_approving_from_the_page_moves_the_session_on(admin: Any, console: Conso
     assert owner_name() in decided_rows and approval["move"] in decided_rows, decided_rows
 
 
-def test_ctrl_enter_runs_the_playground(admin: Any, console: Console) -> None:
+def test_ctrl_enter_runs_the_playground(admin: Any, console: Console, screens: Path) -> None:
     page = admin
     ready(page, "playground")
     editor = page.locator("#playground textarea").first
@@ -370,6 +370,9 @@ def test_ctrl_enter_runs_the_playground(admin: Any, console: Console) -> None:
     for move in d["alternatives"]:  # every alternative's probability
         assert move in shown, (move, shown)
     assert "System 1" in shown and "distance" in shown, shown
+    admin.evaluate("() => window.scrollTo(0, 0)")
+    box = page.locator("#playground").bounding_box()
+    page.screenshot(path=str(screens / "02_playground_answer.png"), full_page=True, clip=box)
     logged = {row["decision_id"] for row in console.get("/v1/audit")["decisions"]}
     assert d["decision_id"] in logged, "the playground's decision is not in the audit log"
 
