@@ -15,8 +15,10 @@ same page).
 - `GET /docs`: Swagger UI from the `swagger-ui-bundle` package, served under /docs/assets.
 
 Templates are Jinja2 (autoescaped). Every template gets: `user` ({name, role}), `server_url`
-(this server as the browser reached it), `stats` (GET /v1/stats's figures, for a first view
-without a round trip), `version`, `sections`, and `page_data` (the JSON the client reads)."""
+(this server as the browser reached it), `fleet_url` (as other devices reach it), `home` (this
+server's data folder), `example` (a job measured here: workload, size, ranks, threads), `stats`
+(GET /v1/stats's figures, for a first view without a round trip), `version`, `sections`, and
+`page_data` (the JSON the client reads)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import swagger_ui_bundle
@@ -35,14 +37,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from hpc_ds1 import __version__
 from hpc_ds1.bus import EventBus
 from hpc_ds1.console import SECTIONS, STATIC_DIR, TEMPLATES_DIR
-from hpc_ds1.credentials import owner_name
+from hpc_ds1.credentials import owner_name, reachable_host
+from hpc_ds1.db import tables
 from hpc_ds1.events import EVENT_TYPES
 from hpc_ds1.log import get_logger
 from hpc_ds1.settings import Settings
@@ -233,6 +236,75 @@ async def _stream(
         hub.detach(client)
 
 
+# --- what the snippets show ------------------------------------------------------------------
+
+# Before anything was measured here: the seed's example.
+DEFAULT_EXAMPLE: dict[str, Any] = {"workload": "gemm", "size": 2048, "ranks": 2, "threads": 4}
+EXAMPLE_TTL_S = 60.0
+
+
+def query_example(engine: Engine) -> dict[str, Any]:
+    """A job measured correctly on this machine (its local device): the smallest size of the
+    workload measured most, with the ranks and threads of its fastest run there. The snippets
+    show it, so they run as shown (and quickly) on this machine."""
+    m, d = tables.measurements, tables.devices
+    local = select(d.c.device_id).where(d.c.local.is_(True)).scalar_subquery()
+    ok = (m.c.device_id == local) & (m.c.status == "ok")
+    with engine.connect() as conn:
+        workload = conn.execute(
+            select(m.c.workload)
+            .where(ok)
+            .group_by(m.c.workload)
+            .order_by(func.count().desc(), m.c.workload)
+            .limit(1)
+        ).scalar()
+        if workload is None:
+            return dict(DEFAULT_EXAMPLE)
+        row = conn.execute(
+            select(m.c.size, m.c.config)
+            .where(ok, m.c.workload == workload)
+            .order_by(m.c.size, m.c.runtime_s)
+            .limit(1)
+        ).first()
+    if row is None:
+        return dict(DEFAULT_EXAMPLE)
+    config = row.config if isinstance(row.config, dict) else {}
+    return {
+        "workload": str(workload),
+        "size": int(row.size),
+        "ranks": int(config.get("ranks") or 1),
+        "threads": int(config.get("threads") or 1),
+    }
+
+
+class _Cached:
+    """A value recomputed (off the event loop) at most every `ttl_s` seconds."""
+
+    def __init__(self, compute: Callable[[], Any], ttl_s: float) -> None:
+        self.compute = compute
+        self.ttl_s = ttl_s
+        self.value: Any = None
+        self.at = float("-inf")
+
+    async def get(self) -> Any:
+        now = asyncio.get_running_loop().time()
+        if now - self.at >= self.ttl_s:
+            self.value = await asyncio.to_thread(self.compute)
+            self.at = now
+        return self.value
+
+
+def _fleet_url(settings: Settings, server_url: str) -> str:
+    """Where other devices reach this coordinator: the browser's URL unless that is loopback
+    and the gateway listens on every interface (then this machine's address)."""
+    parts = urlsplit(server_url)
+    host = parts.hostname or ""
+    if host in ("127.0.0.1", "localhost", "::1") and settings.host in ("0.0.0.0", "::", ""):
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{reachable_host(settings.host)}{port}"
+    return server_url
+
+
 # --- install ----------------------------------------------------------------------------------
 
 
@@ -256,17 +328,28 @@ def install_console(
             response.delete_cookie(SESSION_COOKIE, path="/")
         return response
 
+    example = _Cached(lambda: query_example(engine), EXAMPLE_TTL_S)
+    # ES modules the sections import from static/vendor/ (uPlot): preloaded with the page.
+    vendor_modules = sorted(
+        p.name
+        for p in (STATIC_DIR / "vendor").glob("*.js")
+        if "esm" in p.name or p.suffix == ".mjs"
+    )
+
     async def render_console(request: Request, principal: Principal) -> HTMLResponse:
-        stats = await asyncio.to_thread(query_stats, engine)
+        stats, job = await asyncio.gather(asyncio.to_thread(query_stats, engine), example.get())
         server_url = str(request.base_url).rstrip("/")
         user = {"name": principal.name, "role": principal.role}
         context = {
             "user": user,
             "server_url": server_url,
+            "fleet_url": _fleet_url(settings, server_url),
+            "home": str(settings.home),
+            "example": job,
             "stats": stats,
             "version": __version__,
             "sections": SECTIONS,
-            "cli_token_path": "$HPC_DS1_HOME/credentials/cli.token",
+            "vendor_modules": vendor_modules,
             "page_data": {
                 "sections": [s["id"] for s in sections],
                 "event_types": event_types,

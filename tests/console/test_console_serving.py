@@ -266,6 +266,20 @@ async def test_the_stream_needs_a_viewer_token(base: str) -> None:
             assert reply.status_code == 200
 
 
+async def test_a_client_that_goes_away_is_forgotten(base: str, app: FastAPI) -> None:
+    hub = app.state.stream_hub
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        streams = [await Stream(http, as_role("viewer")).start() for _ in range(3)]
+        assert len(hub.clients) == 3
+        for stream in streams:
+            await stream.stop()
+    for _ in range(200):
+        if not hub.clients:
+            break
+        await asyncio.sleep(0.05)
+    assert hub.clients == set()
+
+
 async def _stalled_stream(app: FastAPI, token: str, first_bytes: asyncio.Event) -> None:
     """A /v1/stream client that takes the first bytes and then never takes another: its `send`
     blocks, as uvicorn's does for a peer that stopped reading once the socket buffers are full

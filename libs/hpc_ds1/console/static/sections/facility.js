@@ -52,6 +52,7 @@ export async function init(root) {
 
   for (const prefix of CHANGES) onEvent(prefix, soon);
   onReconnect(refresh);
-  // The page came with figures; a fetch now covers events between render and the stream.
-  await refresh();
+  // The page came with its figures; this read (not awaited: the page is ready without it)
+  // covers what happened between the render and the stream's start.
+  refresh();
 }
