@@ -32,7 +32,7 @@ from hpc_ds1.settings import Settings
 from tests.commands import HPC_DS1, cli_env
 
 WORKLOAD = "montecarlo"
-SIZES = (200_000, 400_000)
+SIZES = (200_000,)
 RUN_S = 300
 
 
