@@ -12,7 +12,7 @@ same page).
   `id: <seq>` / `event: <type>` / `data: <envelope JSON, redacted as /v1/events>`. One ordered
   JetStream consumer per gateway feeds every client through a bounded queue; a client that
   falls behind by QUEUE_FRAMES is dropped (its browser reconnects), never slowing the others.
-- `GET /docs`: Swagger UI from the `swagger-ui-bundle` package, served under /docs/assets.
+- `GET /docs`: Swagger UI, vendored in static/vendor/swagger-ui (no CDN).
 
 Templates are Jinja2 (autoescaped). Every template gets: `user` ({name, role}), `server_url`
 (this server as the browser reached it), `fleet_url` (as other devices reach it), `home` (this
@@ -30,7 +30,6 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-import swagger_ui_bundle
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -311,7 +310,7 @@ def _fleet_url(settings: Settings, server_url: str) -> str:
 def install_console(
     app: FastAPI, settings: Settings, bus: EventBus, engine: Engine, redact: Redact
 ) -> StreamHub:
-    """Add `/`, `POST /`, `/static`, `/v1/stream` and `/docs` (+ `/docs/assets`) to the app
+    """Add `/`, `POST /`, `/static`, `/v1/stream` and `/docs` to the app
     (create it with docs_url=None and redoc_url=None). Returns the stream hub."""
     templates = _environment()
     hub = StreamHub(bus, redact)
@@ -464,15 +463,13 @@ def install_console(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    assets = swagger_ui_bundle.swagger_ui_path
-    app.mount("/docs/assets", StaticFiles(directory=str(assets)), name="swagger-ui")
-
     async def docs(_: Request) -> HTMLResponse:
         return get_swagger_ui_html(
             openapi_url=app.openapi_url or "/openapi.json",
             title=f"{app.title} — API",
-            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
-            swagger_css_url="/docs/assets/swagger-ui.css",
+            # Swagger UI 5 (OpenAPI 3.1), vendored: static/vendor/README.md says why and whence.
+            swagger_js_url="/static/vendor/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url="/static/vendor/swagger-ui/swagger-ui.css",
             swagger_favicon_url="/static/favicon.svg",
             # No validator badge: it is an image from validator.swagger.io.
             swagger_ui_parameters={"validatorUrl": None},
