@@ -93,7 +93,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
         title="HPC-DS1",
         version=__version__,
         description="Tunes HPC jobs one change at a time; every decision is an event. Every "
-        "call but /healthz and /readyz needs a token: 'Authorization: Bearer <token>', or the "
+        "call but /healthz and /readyz needs a token: `Authorization: Bearer <token>`, or the "
         "cookie the login URL printed by `hpc-ds1 serve` sets.",
         # /docs is the console's: Swagger UI from files shipped in the package, not a CDN.
         docs_url=None,

@@ -156,6 +156,9 @@ function connect() {
   source.onopen = () => {
     setLive("on", "live");
     if (everOpen) {
+      // A new stream starts at the log's end (a restarted server may even have a new log):
+      // what was missed meanwhile is for the sections to read again.
+      lastSeq = 0;
       for (const callback of reconnectListeners.slice()) {
         try {
           callback();
