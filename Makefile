@@ -8,7 +8,7 @@ export CONSOLE_SCREENS ?= $(CURDIR)/build/console-screens
 SCREENS := $(CONSOLE_SCREENS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll clean
+.PHONY: help install browser run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ bench-fleet-faults: $(STAMP) ## as root: kill -9 an agent / cut its link mid-tas
 
 bench-longpoll: $(STAMP) ## one gateway, 1,000 long-polling agents: dispatch latency p50/p99 and CPU
 	$(BIN)/python benchmarks/bench_longpoll.py
+
+bench-console: $(STAMP) ## the console's first view with 100,000 events in the log (HTTP and a real browser)
+	$(BIN)/python benchmarks/bench_console.py 100000
 
 bench-soak: $(STAMP) ## 30 min of mixed load on `serve`: RSS and projection lag over time (not in `bench`)
 	$(BIN)/python benchmarks/bench_soak.py --minutes 30
