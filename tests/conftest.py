@@ -27,6 +27,14 @@ log.configure("info", json=True)
 pytest_plugins = ("tests.measured",)
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_configured_here() -> None:
+    """Each test starts with info-level JSON logs: a command run in-process may lower the level
+    (setup, tune and decide keep their services to warnings), which must not leak into the
+    next test's assertions on what was logged."""
+    log.configure("info", json=True)
+
+
 @pytest.fixture(scope="session")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("HPC_DS1_NATS_URL")

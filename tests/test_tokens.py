@@ -71,4 +71,4 @@ def test_principal_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.role = "admin"  # type: ignore[misc]
     assert not hasattr(p, "anonymous")  # no anonymous principal: every call has a token
-    assert set(ROLES) == {"viewer", "engineer", "admin", "agent"}
+    assert set(ROLES) == {"viewer", "engineer", "admin", "agent", "join"}

@@ -292,7 +292,8 @@ async def test_an_agent_joins_uploads_and_runs_what_is_submitted(
             wait=False,
         )
         await wait_task(coordinator, long["task_id"], lambda t: t["status"] == "running")
-        assert agent.running is not None and agent.running[0] == long["task_id"]
+        snapshot = await wait_task(coordinator, long["task_id"], lambda t: True)
+        assert agent.running is not None and agent.running[0] == long["task_id"], snapshot
     finally:
         took = await stop_agent(agent, task)
     assert took < 15

@@ -600,19 +600,26 @@ class Agent:
     async def handle(self, client: AgentClient, item: WorkItem) -> TaskResult | None:
         """Announce, run and report one attempt; the delivered result (None: not run)."""
         assert self.device_id is not None
+        # Running from the moment the start is announced: whoever sees the task running (the
+        # coordinator, a heartbeat) sees this agent holding it.
+        self.running = (item.task_id, time.monotonic())
         try:
             await self._retrying(
                 "announce a start", lambda: client.started(item.task_id, item.attempt)
             )
         except Conflict as error:
+            self.running = None
             log.info(
                 "attempt_not_current", task_id=item.task_id, attempt=item.attempt, why=str(error)
             )
             return None
         except CredentialRefused as error:
+            self.running = None
             raise self._refused(error) from None
+        except BaseException:
+            self.running = None
+            raise
         self._busy = True
-        self.running = (item.task_id, time.monotonic())
         log.info(
             "task_started",
             task_id=item.task_id,
