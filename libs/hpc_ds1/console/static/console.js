@@ -315,11 +315,44 @@ export function fmtSeconds(value) {
   return `${Math.floor(s / 3600)} h ${pad(Math.round((s % 3600) / 60))} min`;
 }
 
-/** A configuration as "ranks=2 threads=1 tile=64" (its own key order); "—" for none. */
+const CONFIG_ORDER = ["ranks", "threads", "tile", "gpu"];
+
+/** A configuration as "ranks=2 threads=1 tile=64": the usual knobs first, whatever order it
+ *  came in, then any other knob; gpu only when on; "—" for none. */
 export function fmtConfig(config) {
   if (!config || typeof config !== "object") return "—";
-  const parts = Object.entries(config).map(([k, v]) => `${k}=${v}`);
+  const keys = [
+    ...CONFIG_ORDER.filter((k) => k in config),
+    ...Object.keys(config).filter((k) => !CONFIG_ORDER.includes(k)),
+  ];
+  const parts = keys
+    .filter((k) => !(k === "gpu" && config[k] === false))
+    .map((k) => `${k}=${config[k]}`);
   return parts.length ? parts.join(" ") : "—";
+}
+
+/** The badge class of a decision mode. */
+export const MODE_CLASS = { auto: "ok", confirm: "warn", escalate: "bad" };
+
+/** Whether a GET /v1/workloads answer offers workload `name`. */
+export const offersWorkload = (workloads, name) => workloads.some((w) => w.name === name);
+
+/** Run `load` soon, at most once per quarter second however many events come; and once more
+ *  when they stop, after the projection has folded what the last one announced. */
+export function refresher(load) {
+  let pending = false;
+  let again = null;
+  return () => {
+    if (!pending) {
+      pending = true;
+      setTimeout(() => {
+        pending = false;
+        load();
+      }, 250);
+    }
+    clearTimeout(again);
+    again = setTimeout(load, 1500);
+  };
 }
 
 /** A share 0..1 as "87 %"; "—" for none. */

@@ -2,37 +2,20 @@
 // configuration, the move, its confidence and why it is here; an engineer approves or rejects
 // it with a note (a viewer sees the buttons disabled, and why). The moves decided lately follow,
 // with who decided. Live on approval.* events.
-import { api, canAct, el, fmtConfig, fmtTime, onEvent, onReconnect, whoami } from "../console.js";
+import {
+  api,
+  canAct,
+  el,
+  fmtConfig,
+  fmtTime,
+  MODE_CLASS,
+  onEvent,
+  onReconnect,
+  refresher,
+  whoami,
+} from "../console.js";
 
 const DECIDED_SHOWN = 10;
-
-/** A configuration as "ranks=2 threads=1 tile=64" (gpu only when on), whatever order it came in. */
-function config(c) {
-  if (!c || typeof c !== "object") return fmtConfig(c);
-  const order = ["ranks", "threads", "tile", "gpu"];
-  const keys = [...order.filter((k) => k in c), ...Object.keys(c).filter((k) => !order.includes(k))];
-  const shown = {};
-  for (const k of keys) if (!(k === "gpu" && c[k] === false)) shown[k] = c[k];
-  return fmtConfig(shown);
-}
-
-function refresher(load) {
-  let pending = false;
-  let again = null;
-  return () => {
-    if (!pending) {
-      pending = true;
-      setTimeout(() => {
-        pending = false;
-        load();
-      }, 250);
-    }
-    clearTimeout(again);
-    again = setTimeout(load, 1500);
-  };
-}
-
-const MODE_CLASS = { auto: "ok", confirm: "warn", escalate: "bad" };
 
 export async function init(root) {
   const part = (name) => root.querySelector(`[data-part="${name}"]`);
@@ -82,7 +65,7 @@ export async function init(root) {
       "tr",
       { dataset: { approvalId: id } },
       el("td", {}, el("strong", {}, a.device_id), el("div", { class: "muted" }, ["session ", el("code", {}, a.session_id)]), el("div", { class: "muted" }, fmtTime(a.requested_at))),
-      el("td", {}, `${a.workload} · ${a.size}`, el("div", { class: "muted" }, config(a.config))),
+      el("td", {}, `${a.workload} · ${a.size}`, el("div", { class: "muted" }, fmtConfig(a.config))),
       el("td", {}, el("strong", {}, a.move)),
       el("td", { class: "num" }, a.confidence.toFixed(2), el("div", {}, el("span", { class: `badge ${MODE_CLASS[a.mode] || ""}` }, a.mode))),
       el("td", {}, el("ul", { class: "plain" }, reasons.map((r) => el("li", {}, r)))),
@@ -102,7 +85,7 @@ export async function init(root) {
       "tr",
       { dataset: { approvalId: a.approval_id } },
       el("td", {}, fmtTime(a.decided_at)),
-      el("td", {}, `${a.workload} · ${a.size}`, el("div", { class: "muted" }, config(a.config))),
+      el("td", {}, `${a.workload} · ${a.size}`, el("div", { class: "muted" }, fmtConfig(a.config))),
       el("td", {}, a.move, el("span", { class: "muted" }, ` (${a.confidence.toFixed(2)})`)),
       el("td", {}, el("span", { class: `badge ${approved ? "ok" : "bad"}` }, a.status)),
       el("td", {}, a.decided_by || "—", a.decided_role ? el("span", { class: "muted" }, ` (${a.decided_role})`) : null),

@@ -2,35 +2,17 @@
 // first; "Older" follows next_before, "Newer" goes back), filtered by source, mode and workload.
 // Live: on the newest page a new decision (or an approval that changes one) shows at the top,
 // marked new; on an older page the pager says how many came in.
-import { api, el, fmtConfig, fmtTime, onEvent, onReconnect } from "../console.js";
+import {
+  api,
+  el,
+  fmtConfig,
+  fmtTime,
+  MODE_CLASS,
+  onEvent,
+  onReconnect,
+  refresher,
+} from "../console.js";
 
-/** A configuration as "ranks=2 threads=1 tile=64" (gpu only when on), whatever order it came in. */
-function config(c) {
-  if (!c || typeof c !== "object") return fmtConfig(c);
-  const order = ["ranks", "threads", "tile", "gpu"];
-  const keys = [...order.filter((k) => k in c), ...Object.keys(c).filter((k) => !order.includes(k))];
-  const shown = {};
-  for (const k of keys) if (!(k === "gpu" && c[k] === false)) shown[k] = c[k];
-  return fmtConfig(shown);
-}
-
-function refresher(load) {
-  let pending = false;
-  let again = null;
-  return () => {
-    if (!pending) {
-      pending = true;
-      setTimeout(() => {
-        pending = false;
-        load();
-      }, 250);
-    }
-    clearTimeout(again);
-    again = setTimeout(load, 1500);
-  };
-}
-
-const MODE_CLASS = { auto: "ok", confirm: "warn", escalate: "bad" };
 const APPROVED_CLASS = { waiting: "warn", rejected: "bad" };
 
 export async function init(root) {
@@ -72,7 +54,7 @@ export async function init(root) {
       el("td", { class: "num" }, String(d.seq)),
       el("td", {}, fmtTime(d.time)),
       el("td", {}, d.source, d.session_id ? el("div", { class: "muted" }, ["session ", el("code", {}, d.session_id)]) : null),
-      el("td", {}, `${d.workload} · ${d.size} `, el("span", { class: "muted" }, config(d.config))),
+      el("td", {}, `${d.workload} · ${d.size} `, el("span", { class: "muted" }, fmtConfig(d.config))),
       el("td", {}, el("strong", {}, d.choice)),
       el("td", { class: "num" }, d.confidence.toFixed(2)),
       el("td", {}, el("span", { class: `badge ${MODE_CLASS[d.mode] || ""}` }, d.mode)),

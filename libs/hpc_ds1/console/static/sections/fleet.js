@@ -8,43 +8,15 @@ import {
   fmtConfig,
   fmtSeconds,
   fmtTime,
+  offersWorkload,
   onEvent,
   onReconnect,
+  refresher,
   whoami,
 } from "../console.js";
 
 const TASKS_SHOWN = 100;
 const REFRESH_S = 15; // heartbeats are not events: the devices' liveness is read this often
-
-/** A configuration as "ranks=2 threads=1 tile=64" (gpu only when on), whatever order it came in. */
-function config(c) {
-  if (!c || typeof c !== "object") return fmtConfig(c);
-  const order = ["ranks", "threads", "tile", "gpu"];
-  const keys = [...order.filter((k) => k in c), ...Object.keys(c).filter((k) => !order.includes(k))];
-  const shown = {};
-  for (const k of keys) if (!(k === "gpu" && c[k] === false)) shown[k] = c[k];
-  return fmtConfig(shown);
-}
-
-/** Run `load` soon, at most once per quarter second however many events come; and once more
- *  when they stop, after the projection has folded what the last one announced. */
-const offers = (workloads, name) => workloads.some((w) => w.name === name);
-
-function refresher(load) {
-  let pending = false;
-  let again = null;
-  return () => {
-    if (!pending) {
-      pending = true;
-      setTimeout(() => {
-        pending = false;
-        load();
-      }, 250);
-    }
-    clearTimeout(again);
-    again = setTimeout(load, 1500);
-  };
-}
 
 const STATUS_CLASS = {
   online: "ok",
@@ -133,7 +105,7 @@ function placedCell(t) {
     const p = t.placement;
     return [
       el("strong", {}, p.device_id),
-      p.config ? el("span", { class: "muted" }, ` · ${config(p.config)}`) : null,
+      p.config ? el("span", { class: "muted" }, ` · ${fmtConfig(p.config)}`) : null,
       el("div", { class: "why" }, p.reason || "—"),
       p.runner_up ? el("div", { class: "muted" }, `runner-up: ${p.runner_up}`) : null,
     ];
@@ -318,7 +290,7 @@ export async function init(root) {
     bounds = Object.fromEntries(workloads.map((w) => [w.name, w]));
     select.replaceChildren(...workloads.map((w) => el("option", { value: w.name }, w.name)));
     // The job measured on this machine (the page's example), so the form runs as it is.
-    if (form.dataset.workload && offers(workloads, form.dataset.workload)) {
+    if (form.dataset.workload && offersWorkload(workloads, form.dataset.workload)) {
       select.value = form.dataset.workload;
       if (form.dataset.size) size.value = form.dataset.size;
     }

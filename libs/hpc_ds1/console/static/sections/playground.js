@@ -4,9 +4,18 @@
 // configuration and the familiarity guard's distance. Without telemetry the job runs for real
 // first, which needs an engineer: a viewer sees Run disabled, with why, until the job has
 // telemetry. The model line follows model.published.
-import { api, canAct, el, fmtConfig, fmtSeconds, onEvent, onReconnect, whoami } from "../console.js";
+import {
+  api,
+  canAct,
+  el,
+  fmtConfig,
+  fmtSeconds,
+  MODE_CLASS,
+  onEvent,
+  onReconnect,
+  whoami,
+} from "../console.js";
 
-const MODE_CLASS = { auto: "ok", confirm: "warn", escalate: "bad" };
 const MODE_WORDS = {
   auto: "runs automatically",
   confirm: "an engineer confirms it",

@@ -8,40 +8,14 @@ import {
   fmtConfig,
   fmtSeconds,
   fmtTime,
+  offersWorkload,
   onEvent,
   onReconnect,
+  refresher,
   whoami,
 } from "../console.js";
 
 const SESSIONS_SHOWN = 50;
-
-/** A configuration as "ranks=2 threads=1 tile=64" (gpu only when on), whatever order it came in. */
-function config(c) {
-  if (!c || typeof c !== "object") return fmtConfig(c);
-  const order = ["ranks", "threads", "tile", "gpu"];
-  const keys = [...order.filter((k) => k in c), ...Object.keys(c).filter((k) => !order.includes(k))];
-  const shown = {};
-  for (const k of keys) if (!(k === "gpu" && c[k] === false)) shown[k] = c[k];
-  return fmtConfig(shown);
-}
-
-const offers = (workloads, name) => workloads.some((w) => w.name === name);
-
-function refresher(load) {
-  let pending = false;
-  let again = null;
-  return () => {
-    if (!pending) {
-      pending = true;
-      setTimeout(() => {
-        pending = false;
-        load();
-      }, 250);
-    }
-    clearTimeout(again);
-    again = setTimeout(load, 1500);
-  };
-}
 
 const STATUS_CLASS = { running: "ok", paused: "warn", finished: "" };
 const FINISH = {
@@ -214,14 +188,14 @@ export async function init(root) {
         el("strong", {}, fmtSeconds(s.best_runtime_s)),
         typeof s.start_runtime_s === "number" ? ` from ${fmtSeconds(s.start_runtime_s)}` : "",
         typeof s.speedup === "number" ? ` (×${s.speedup.toFixed(2)})` : "",
-        el("div", { class: "muted" }, `${config(s.best_config)} · ${s.real_runs} real runs`),
+        el("div", { class: "muted" }, `${fmtConfig(s.best_config)} · ${s.real_runs} real runs`),
       ];
     } else if (s.real_runs) result = `${s.real_runs} real runs`;
     const tr = el(
       "tr",
       { class: chosen ? "selected" : null, dataset: { session: s.session_id } },
       el("td", {}, open),
-      el("td", {}, `${s.workload} · ${s.size}`, el("div", { class: "muted" }, `from ${config(s.start)} on ${s.device_id}`)),
+      el("td", {}, `${s.workload} · ${s.size}`, el("div", { class: "muted" }, `from ${fmtConfig(s.start)} on ${s.device_id}`)),
       el(
         "td",
         {},
@@ -272,7 +246,7 @@ export async function init(root) {
           el("td", { class: "num" }, String(s.step)),
           el("td", {}, s.step === 0 ? "— (start)" : s.move || "—",
             typeof s.confidence === "number" ? el("span", { class: "muted" }, ` ${s.confidence.toFixed(2)} ${s.mode}`) : null),
-          el("td", {}, config(s.config || s.from)),
+          el("td", {}, fmtConfig(s.config || s.from)),
           el("td", { class: "num" }, typeof s.runtime_s === "number" ? fmtSeconds(s.runtime_s) : "—"),
           el("td", {}, el("span", { class: `badge ${OUTCOME_CLASS[s.outcome] || ""}` }, s.outcome),
             typeof s.approved === "boolean" ? el("span", { class: "muted" }, s.approved ? " (approved by an engineer)" : " (rejected by an engineer)") : null)
@@ -280,7 +254,7 @@ export async function init(root) {
       );
       const end = finished
         ? el("p", {}, `Finished: ${FINISH[finished.reason] || finished.reason}${finished.detail ? ` — ${finished.detail}` : ""}.`,
-            typeof finished.speedup === "number" ? ` Best ${fmtSeconds(finished.best_runtime_s)} (×${finished.speedup.toFixed(2)}) with ${config(finished.best_config)}.` : "")
+            typeof finished.speedup === "number" ? ` Best ${fmtSeconds(finished.best_runtime_s)} (×${finished.speedup.toFixed(2)}) with ${fmtConfig(finished.best_config)}.` : "")
         : el("p", { class: "muted" }, session.status === "paused" ? "Paused: a move waits for an engineer (above)." : "Running: steps appear as they run.");
       box.replaceChildren(
         el("h3", { id: "session-steps-title" }, `Session ${id}: ${session.workload} · ${session.size}`),
@@ -316,7 +290,7 @@ export async function init(root) {
     const { workloads } = await api("/v1/workloads");
     select.replaceChildren(...workloads.map((w) => el("option", { value: w.name }, w.name)));
     // The job measured on this machine (the page's example), so the form runs as it is.
-    if (form.dataset.workload && offers(workloads, form.dataset.workload)) {
+    if (form.dataset.workload && offersWorkload(workloads, form.dataset.workload)) {
       select.value = form.dataset.workload;
       if (form.dataset.size) size.value = form.dataset.size;
     }
@@ -357,7 +331,7 @@ export async function init(root) {
     said.textContent = "Starting…";
     try {
       const started = await api("/v1/sessions", { method: "POST", body });
-      said.textContent = `Session ${started.session_id} started on ${started.device_id} from ${config(started.start)}.`;
+      said.textContent = `Session ${started.session_id} started on ${started.device_id} from ${fmtConfig(started.start)}.`;
       selected = started.session_id;
       await loadList();
       loadDetail();
