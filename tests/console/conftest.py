@@ -290,8 +290,10 @@ def console(
         err.close()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def browser(console: Console) -> Iterator[Any]:
+    """Module-scoped: while Playwright's sync API is open it keeps an event loop running on this
+    thread, and the async tests of the modules after it (pytest-asyncio) could not start."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
