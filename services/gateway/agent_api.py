@@ -50,11 +50,10 @@ from hpc_ds1.events import (
     Event,
     MeasurementRecorded,
     ModelPublished,
-    TaskFinished,
-    TaskRunFailed,
     TaskStarted,
 )
 from hpc_ds1.events.base import subject_for
+from hpc_ds1.fleet.execute import TaskResult, measurement_id_for, task_events
 from hpc_ds1.fleet.liveness import Heartbeat, beat, last_beat, liveness_bucket
 from hpc_ds1.fleet.work import WorkItem, device_queue
 from hpc_ds1.log import get_logger
@@ -700,7 +699,7 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         """The attempt's result, recorded once: the run's measurement (purpose "task", when it
         ran: status ok, or `repeats` given) and task.finished, or task.run_failed when it did
         not run to a correct end. A repeat answers `recorded: false` with why."""
-        measurement_id = f"task-{task_id}-{body.attempt}"
+        measurement_id = measurement_id_for(task_id, body.attempt)
         before = f"the result of attempt {body.attempt} of task {task_id} was recorded before"
         recorded_by = await asyncio.to_thread(_measured_by, engine, measurement_id)
         if recorded_by is not None and recorded_by != device:
@@ -716,56 +715,31 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
             return AgentResultOut(recorded=False, why=done)
         if len(row["failures"] or []) >= body.attempt:
             return AgentResultOut(recorded=False, why=before)  # this attempt's failure is in
-        ran = body.status == "ok" or body.repeats is not None
-        fresh = False
-        if ran:
-            measurement = MeasurementRecorded(
-                measurement_id=measurement_id,
-                device_id=device,
+        result = TaskResult.model_validate(body.model_dump(mode="json"))
+        measured, outcome = _split(
+            task_events(
+                task_id,
+                device,
+                result,
                 workload=row["workload"],
                 size=row["size"],
-                config=body.config.model_dump(),
-                status=body.status,
-                runtime_s=body.runtime_s,
-                throughput=body.throughput,
-                throughput_unit=body.throughput_unit,
-                repeats=body.repeats or 1,
-                spread=body.spread,
-                check_ok=body.check_ok,
-                check_error=body.check_error,
-                purpose="task",
-            )
-            env = _envelope(settings, measurement, f"measurement-{measurement_id}", device, task_id)
-            fresh = await append(bus, env)
-        outcome: Event
-        if body.status == "ok" and body.check_ok is not False and body.runtime_s is not None:
-            outcome = TaskFinished(
-                task_id=task_id,
-                attempt=body.attempt,
-                device_id=device,
-                config=body.config.model_dump(),
-                runtime_s=body.runtime_s,
                 expected_s=row["expected_s"],
-                measurement_id=measurement_id,
-                check_ok=body.check_ok,
+                actor=device,
+                source="gateway",
+                prefix=settings.subject_prefix,
             )
-            env_id = f"finished-{task_id}-{body.attempt}"
-        else:
-            outcome = TaskRunFailed(
-                task_id=task_id,
-                attempt=body.attempt,
-                device_id=device,
-                error=_failure(body),
-            )
-            env_id = f"runfailed-{task_id}-{body.attempt}"
+        )
+        fresh = await append(bus, measured) if measured is not None else False
         # Appended even when the measurement was a repeat: a report cut off between the two
         # appends completes on its retry, and a complete one is stored once either way.
-        fresh = await append(bus, _envelope(settings, outcome, env_id, device, task_id)) or fresh
+        fresh = await append(bus, outcome) or fresh
         await bridge.running(device, None, finished=task_id)
-        kept = measurement_id if ran else None
+        kept = measurement_id if result.ran else None
         if not fresh:
             return AgentResultOut(recorded=False, measurement_id=kept, why=before)
-        log.info("task_result", device_id=device, task_id=task_id, status=body.status, ran=ran)
+        log.info(
+            "task_result", device_id=device, task_id=task_id, status=body.status, ran=result.ran
+        )
         return AgentResultOut(recorded=True, measurement_id=kept)
 
     @router.post(MEASUREMENTS_PATH, responses=WRITE_ERRORS)
@@ -863,16 +837,9 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
     return router
 
 
-_FAILURES: Final = {
-    "ok": "wrong answer (its check failed)",
-    "failed": "the run failed",
-    "timed_out": "the run timed out",
-    "wrong_answer": "wrong answer (its check failed)",
-}
-
-
-def _failure(body: ResultBody) -> str:
-    return f"{_FAILURES[body.status]}: {body.error}" if body.error else _FAILURES[body.status]
+def _split(envs: list[Envelope]) -> tuple[Envelope | None, Envelope]:
+    """task_events' answer: (the run's measurement, when it ran; task.finished or run_failed)."""
+    return (envs[0] if len(envs) == 2 else None), envs[-1]
 
 
 async def _hung_up(request: Request) -> None:

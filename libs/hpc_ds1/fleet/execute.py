@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine, select
@@ -58,7 +58,25 @@ class TaskResult(BaseModel):
     @property
     def ran(self) -> bool:
         """The job was launched (a measurement exists); False: refused before it started."""
-        return self.repeats is not None
+        return self.repeats is not None or self.status == "ok"
+
+    @property
+    def succeeded(self) -> bool:
+        """Ran to a correct end: the task is finished (else its attempt failed)."""
+        return self.status == "ok" and self.check_ok is not False and self.runtime_s is not None
+
+    def failure(self) -> str:
+        """Why the attempt failed, in words, with the device's own message."""
+        words = FAILURE_WORDS[self.status]
+        return f"{words}: {self.error}" if self.error else words
+
+
+FAILURE_WORDS: Final[dict[str, str]] = {
+    "ok": "wrong answer (its check failed)",  # an ok run whose check failed
+    "failed": "the run failed",
+    "timed_out": "the run timed out",
+    "wrong_answer": "wrong answer (its check failed)",
+}
 
 
 def refused(item: WorkItem, why: str) -> TaskResult:
@@ -253,7 +271,8 @@ def task_events(
             )
         )
     final: Event
-    if result.status == "ok" and result.check_ok is not False and result.runtime_s is not None:
+    if result.succeeded:
+        assert result.runtime_s is not None
         final = TaskFinished(
             task_id=task_id,
             attempt=attempt,
@@ -266,8 +285,9 @@ def task_events(
         )
         final_id = finished_id(task_id, attempt)
     else:
-        why = result.error or f"the run ended with status {result.status}"
-        final = TaskRunFailed(task_id=task_id, attempt=attempt, device_id=device_id, error=why)
+        final = TaskRunFailed(
+            task_id=task_id, attempt=attempt, device_id=device_id, error=result.failure()
+        )
         final_id = runfailed_id(task_id, attempt)
     out.append(
         fixed_envelope(final, final_id, actor=actor, source=source, prefix=prefix, task_id=task_id)
