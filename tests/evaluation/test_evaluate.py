@@ -135,3 +135,34 @@ def test_training_sizes_are_never_reported_as_held_out(
     ]
     with pytest.raises(EvaluationError, match="gemm 64"):
         evaluate(model, relabelled, fp)
+
+
+def test_the_truth_pass_beside_the_observed_scores(
+    model: Model, measurements: list[Measurement], fp: Fingerprint
+) -> None:
+    """Scored on a truth pass identical to the observed one, every session keeps its old score
+    (the method is the old one where nothing is re-measured); the truth pass chooses at least
+    the near-best and every final configuration; what it lacks fails loudly."""
+    from hpc_ds1.evaluation.run import truth_plan
+
+    held = [m for m in measurements if m.held_out]
+    plan = truth_plan(model, measurements, seed=11)
+    cells, _ = build_cells(held, model.space_for)
+    for cell in cells:
+        chosen = set(plan[(cell.workload, cell.size)])
+        assert cell.best_config in chosen
+        assert {c for c, p in cell.points.items() if p.runtime_s <= 1.15 * cell.best_runtime_s} <= (
+            chosen
+        )
+    result = evaluate(model, measurements, fp, seed=11, guard_retrain=False, truth=held)
+    truth = result.results["truth"]
+    for row in truth["table"]:
+        assert row["pct_median"] == pytest.approx(row["observed_pct_median"], abs=0.01)
+        assert row["pct_p10"] == pytest.approx(row["observed_pct_p10"], abs=0.01)
+    assert truth["exhaustive_check"]["pct_mean"] == 100.0
+    assert "sessions" in result.results and "Scored against the truth pass" in render(
+        result.results
+    )
+    one_cell = [m for m in held if (m.workload, m.size) == (cells[0].workload, cells[0].size)]
+    with pytest.raises(EvaluationError, match="truth pass is incomplete"):
+        evaluate(model, measurements, fp, seed=11, guard_retrain=False, truth=one_cell)

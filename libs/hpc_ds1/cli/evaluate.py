@@ -23,6 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--quick", action="store_true", help="two held-out sizes per workload")
     parser.add_argument(
+        "--final",
+        action="store_true",
+        help="the final held-out set (sizes 1 and 3 of each workload's held-out sizes), for "
+        "headline figures only: no development step looks at it",
+    )
+    parser.add_argument(
         "--workload",
         action="append",
         dest="workloads",
@@ -34,7 +40,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         '"gemm=240,montecarlo=300000"',
     )
     parser.add_argument("--repeats", type=int, help="timed repeats per configuration")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random search and TPE")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of random search, TPE and the random order of the interleaved rounds",
+    )
+    parser.add_argument(
+        "--truth-repeats", type=int, help="timed repeats per configuration in the truth pass"
+    )
+    parser.add_argument(
+        "--truth-all",
+        action="store_true",
+        help="the truth pass re-measures every configuration (default: those within 15 %% of "
+        "the observed best and those a session ended on)",
+    )
+    parser.add_argument(
+        "--no-truth", action="store_true", help="skip the truth pass (observed scoring only)"
+    )
     parser.add_argument(
         "--no-measure",
         action="store_true",
@@ -53,7 +76,7 @@ def handle(args: argparse.Namespace) -> int:
 
     from ..api import NoModelError, load
     from ..evaluation import EVAL_PROFILES, plan_held_out
-    from ..evaluation.plan import parse_sizes
+    from ..evaluation.plan import final_sizes, parse_sizes
     from ..workloads import UnknownWorkload, get_workload
 
     settings = load_settings(quiet=True, home=args.home)
@@ -61,11 +84,15 @@ def handle(args: argparse.Namespace) -> int:
         model = load(settings.home)
     except NoModelError as error:
         raise UsageError(str(error)) from None
-    profile = EVAL_PROFILES["quick" if args.quick else "full"]
+    profile = EVAL_PROFILES["final" if args.final else "quick" if args.quick else "full"]
     if args.repeats is not None:
         if args.repeats < 2:
             raise UsageError("--repeats must be at least 2 (the noise needs two runs)")
         profile = replace(profile, repeats=args.repeats)
+    if args.truth_repeats is not None:
+        if args.truth_repeats < 5:
+            raise UsageError("--truth-repeats must be at least 5")
+        profile = replace(profile, truth_repeats=args.truth_repeats)
     names = args.workloads or sorted(model.workloads)
     unknown = sorted(set(names) - set(model.workloads))
     if unknown:
@@ -80,6 +107,15 @@ def handle(args: argparse.Namespace) -> int:
         sizes = parse_sizes(args.sizes, names) if args.sizes else None
     except ValueError as error:
         raise UsageError(str(error)) from None
+    if sizes and not args.final:
+        final = sorted(
+            (w.name, s) for w in workloads for s in sizes.get(w.name, ()) if s in final_sizes(w)
+        )
+        if final:
+            raise UsageError(
+                "these sizes belong to the final held-out set, which only `--final` measures "
+                "or scores: " + ", ".join(f"{w} {s}" for w, s in final)
+            )
     spaces = {w.name: model.space_for(w.name) for w in workloads}
     chunks = plan_held_out(workloads, spaces, profile, sizes)
     trained = {(w, s) for w, ss in model.sizes.items() for s in ss}
@@ -89,17 +125,20 @@ def handle(args: argparse.Namespace) -> int:
             "these sizes were used in training, so they cannot be held out: "
             + ", ".join(f"{w} {s}" for w, s in overlap)
         )
-    return asyncio.run(_evaluate(settings, args, model, profile.name, chunks))
+    return asyncio.run(_evaluate(settings, args, model, profile, chunks))
 
 
 async def _evaluate(
-    settings: Settings, args: argparse.Namespace, model: Any, profile: str, chunks: list[Any]
+    settings: Settings, args: argparse.Namespace, model: Any, eval_profile: Any, chunks: list[Any]
 ) -> int:
     from ..evaluation import EvaluationError, evaluate
     from ..evaluation.report import render
+    from ..evaluation.run import truth_plan
     from ..hardware import Fingerprint
+    from ..setup.plan import PlannedJob
     from ..stack import open_stack
 
+    profile = eval_profile.name
     async with open_stack(settings, ("projector", "agent"), "evaluate") as stack:
         device_id = await stack.local_device()
         if model.device_id != device_id:
@@ -111,16 +150,18 @@ async def _evaluate(
         info = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON only
         print(
             f"evaluate ({profile}) model {model.version} on device {device_id} · "
-            f"{sum(len(c) for c in chunks)} held-out runs · seed {args.seed} · "
-            f"home {settings.home}",
+            f"{sum(len(c) for c in chunks)} held-out runs ({eval_profile.repeats} repeats in "
+            f"interleaved rounds) · held-out set {'final' if args.final else 'development'} · "
+            f"seed {args.seed} · home {settings.home}",
             flush=True,
             file=info,
         )
+        observed_report = truth_report = None
         if not args.no_measure:
-            await _measure(stack, device_id, chunks, info)
+            observed_report = await _measure(stack, device_id, chunks, info, "evaluate", args.seed)
         await stack.caught_up()
         wanted = {(j.workload, j.size) for c in chunks for j in c}
-        rows = await asyncio.to_thread(_load, stack.engine, device_id, wanted)
+        rows, truth_rows = await asyncio.to_thread(_load, stack.engine, device_id, wanted)
         with tqdm(total=1, unit="step", file=sys.stderr, dynamic_ncols=True) as bar:
 
             def progress(phase: str, done: int, total: int) -> None:
@@ -130,6 +171,34 @@ async def _evaluate(
                 bar.update(done - bar.n)
 
             try:
+                if not args.no_truth:
+                    plan = await asyncio.to_thread(
+                        truth_plan,
+                        model,
+                        rows,
+                        seed=args.seed,
+                        everything=args.truth_all,
+                        progress=progress,
+                    )
+                    truth_chunks = [
+                        [PlannedJob(w, s, c, eval_profile.truth_repeats) for c in configs]
+                        for (w, s), configs in sorted(plan.items())
+                    ]
+                    print(
+                        f"\ntruth pass: {sum(len(c) for c in truth_chunks)} configurations "
+                        f"re-measured, {eval_profile.truth_repeats} repeats in interleaved "
+                        f"rounds, seed {args.seed}",
+                        flush=True,
+                        file=info,
+                    )
+                    if not args.no_measure:
+                        truth_report = await _measure(
+                            stack, device_id, truth_chunks, info, "truth", args.seed
+                        )
+                        await stack.caught_up()
+                        rows, truth_rows = await asyncio.to_thread(
+                            _load, stack.engine, device_id, wanted
+                        )
                 evaluation = await asyncio.to_thread(
                     evaluate,
                     model,
@@ -138,11 +207,23 @@ async def _evaluate(
                     seed=args.seed,
                     guard_retrain=not args.no_guard,
                     progress=progress,
+                    truth=None if args.no_truth else truth_rows,
+                    truth_repeats=eval_profile.truth_repeats,
                 )
             except EvaluationError as error:
                 raise UsageError(str(error)) from None
         results = evaluation.results
         results["profile"] = profile
+        results["held_out_set"] = "final" if args.final else "development"
+        results["measurement"] = {
+            "order": "interleaved rounds, seeded random order (ranks blocks, then "
+            "configurations, shuffled every round)",
+            "observed_repeats": eval_profile.repeats,
+            "observed_runs_measured": observed_report.measured if observed_report else 0,
+            "observed_seconds": round(observed_report.seconds, 1) if observed_report else None,
+            "truth_runs_measured": truth_report.measured if truth_report else 0,
+            "truth_seconds": round(truth_report.seconds, 1) if truth_report else None,
+        }
         plot = await asyncio.to_thread(_plot, settings.home, model, profile, evaluation)
         evaluation_id = await _publish(stack, device_id, model, profile, args.seed, results, plot)
     if args.json:
@@ -161,30 +242,37 @@ async def _evaluate(
     return 0
 
 
-async def _measure(stack: Any, device_id: str, chunks: list[Any], info: TextIO) -> None:
+async def _measure(
+    stack: Any, device_id: str, chunks: list[Any], info: TextIO, purpose: str, seed: int
+) -> Any:
     from ..setup import Campaign
 
-    campaign = Campaign(stack, device_id, purpose="evaluate", held_out=True)
+    campaign = Campaign(stack, device_id, purpose=purpose, held_out=True, seed=seed)
     report = await run_campaign(campaign, chunks)
     print(
-        f"measured {report.measured} held-out runs in {report.seconds:.0f} s "
+        f"measured {report.measured} held-out runs ({purpose}) in {report.seconds:.0f} s "
         f"({report.skipped} already in the log; by status {report.by_status})",
         flush=True,
         file=info,
     )
+    return report
 
 
-def _load(engine: Any, device_id: str, held_sizes: set[tuple[str, int]]) -> list[Any]:
-    """The device's training measurements, and its held-out ones at the sizes asked for."""
+def _load(
+    engine: Any, device_id: str, held_sizes: set[tuple[str, int]]
+) -> tuple[list[Any], list[Any]]:
+    """The device's training measurements and its observed held-out ones at the sizes asked
+    for; apart, the truth pass's measurements at those sizes."""
     from ..model import Measurement
     from ..services.trainer.training import load_measurements
 
-    out = []
+    out: list[Any] = []
+    truth: list[Any] = []
     for row in load_measurements(engine, device_id):
         if row["held_out"] and (row["workload"], row["size"]) not in held_sizes:
             continue
-        out.append(Measurement.model_validate(row))
-    return out
+        (truth if row.get("purpose") == "truth" else out).append(Measurement.model_validate(row))
+    return out, truth
 
 
 def _plot(home: Path, model: Any, profile: str, evaluation: Any) -> str:

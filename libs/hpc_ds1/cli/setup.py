@@ -82,7 +82,8 @@ async def _setup(
         device_id = await stack.local_device()
         print(
             f"setup ({profile.name}) of device {device_id} · {fp.cpu_model} · "
-            f"{sum(len(c) for c in chunks)} runs planned · home {settings.home}",
+            f"{sum(len(c) for c in chunks)} runs planned · {profile.repeats} timed repeats in "
+            f"interleaved rounds, seed 0 · home {settings.home}",
             flush=True,
         )
         report = await run_campaign(Campaign(stack, device_id), chunks)

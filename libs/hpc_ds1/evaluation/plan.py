@@ -1,4 +1,14 @@
-"""Which held-out runs an evaluation makes: every configuration at each held-out size."""
+"""Which held-out runs an evaluation makes: every configuration at each held-out size.
+
+A workload's held-out sizes (`Workload.held_out`, five between its training sizes) are split in
+two sets by index:
+
+- the development set, indices 0, 2, 4 (`--quick`: 0, 2): what every development step may look
+  at, as often as it likes;
+- the final set, indices 1 and 3 (FINAL_INDICES), inside the quick setup's measured range too:
+  only `hpc-ds1 evaluate --final` measures or scores it, for the headline figures. No choice of
+  a feature, a rule, a threshold or a model is made on it; `--sizes` refuses its sizes without
+  `--final`."""
 
 from __future__ import annotations
 
@@ -9,25 +19,40 @@ from hpc_ds1.setup.plan import PlannedJob
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.workloads import Workload
 
+FINAL_INDICES = (1, 3)
+TRUTH_REPEATS = 5
+
 
 @dataclass(frozen=True)
 class EvalProfile:
     name: str
     held_out_indices: tuple[int, ...] | None  # which of a workload's held-out sizes; None: all
-    repeats: int
+    repeats: int  # the observed pass: as setup measures, interleaved rounds
+    truth_repeats: int = TRUTH_REPEATS  # the truth pass (evaluation/truth.py)
 
     def sizes(self, workload: Workload) -> tuple[int, ...]:
         sizes = workload.held_out
-        if self.held_out_indices is None:
-            return sizes
-        return tuple(sorted({sizes[i] for i in self.held_out_indices if i < len(sizes)}))
+        indices = (
+            tuple(i for i in range(len(sizes)) if i not in FINAL_INDICES)
+            if self.held_out_indices is None
+            else self.held_out_indices
+        )
+        return tuple(sorted({sizes[i] for i in indices if i < len(sizes)}))
+
+
+def final_sizes(workload: Workload) -> tuple[int, ...]:
+    """The final held-out set of `workload`: for the headline figures only."""
+    return tuple(workload.held_out[i] for i in FINAL_INDICES if i < len(workload.held_out))
 
 
 EVAL_PROFILES = {
-    # Three timed repeats: enough for a median and a spread per configuration.
-    "full": EvalProfile("full", None, repeats=3),
+    # The development set (every held-out size but the final set's). Two timed repeats in
+    # interleaved rounds, as setup measures: what a session observes.
+    "full": EvalProfile("full", None, repeats=2),
     # Two held-out sizes inside the quick setup's measured range (its sizes 0, 2 and 4).
-    "quick": EvalProfile("quick", (0, 2), repeats=3),
+    "quick": EvalProfile("quick", (0, 2), repeats=2),
+    # The final set, the same for both setups (indices 1 and 3 lie inside the quick range).
+    "final": EvalProfile("final", FINAL_INDICES, repeats=2),
 }
 
 

@@ -39,6 +39,7 @@ class SessionOutcome:
     pct_of_best: float
     finish: str = ""
     engineer_moves: int = 0  # proposals that would have waited for an engineer
+    ran: tuple[Config, ...] = ()  # every configuration it ran, in order (its tuning cost)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +52,7 @@ class SessionOutcome:
             "pct_of_best": round(self.pct_of_best, 3),
             "finish": self.finish,
             "engineer_moves": self.engineer_moves,
+            "ran": [c.label() for c in self.ran],
         }
 
 
@@ -94,6 +96,7 @@ def model_session(
     )
     s = evolve(SessionState(), 1, started)
     s = evolve(s, 2, _step_run(cell, 0, None, start))
+    ran = [start]
     engineer, finish = 0, "max_runs"
     limit = 4 * len(space.configs())  # a bound only: choose_move never repeats a move
     while s.runs < limit:
@@ -136,6 +139,7 @@ def model_session(
         target = apply_move(best, move, space)
         assert target is not None  # alternatives hold only the feasible moves
         run = _step_run(cell, step, move, target)
+        ran.append(target)
         s = evolve(s, s.version + 1, run)
         kept, misses = resolve(s, run)
         s = evolve(
@@ -156,7 +160,9 @@ def model_session(
             finish = "two_misses"
             break
     final = Config.model_validate(s.best_config)
-    return _outcome("model", cell, start, final, s.runs, finish=finish, engineer_moves=engineer)
+    return _outcome(
+        "model", cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
+    )
 
 
 def _fastest(cell: Cell, configs: Any) -> Config | None:
@@ -167,11 +173,11 @@ def _fastest(cell: Cell, configs: Any) -> Config | None:
 def greedy_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutcome:
     """Steepest descent: run every neighbour not yet run, move to the fastest while it beats
     the current configuration by more than the noise."""
-    ran = {start}
+    ran = {start: None}  # a dict: the order they ran in
     current = start
     while True:
         around = list(neighbours(current, space).values())
-        ran.update(around)
+        ran.update(dict.fromkeys(around))
         best = _fastest(cell, around)
         here = cell.points[current]
         if best is None:
@@ -180,7 +186,9 @@ def greedy_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutc
         if not is_faster(there.runtime_s, there.spread, here.runtime_s, here.spread):
             break
         current = best
-    return _outcome("greedy", cell, start, current, len(ran), finish="no_better_neighbour")
+    return _outcome(
+        "greedy", cell, start, current, len(ran), finish="no_better_neighbour", ran=tuple(ran)
+    )
 
 
 def random_session(
@@ -190,7 +198,9 @@ def random_session(
     others = [c for c in space.configs() if c != start]
     drawn = rng.sample(others, min(max(budget - 1, 0), len(others)))
     final = _fastest(cell, [start, *drawn]) or start
-    return _outcome("random", cell, start, final, 1 + len(drawn), finish="budget")
+    return _outcome(
+        "random", cell, start, final, 1 + len(drawn), finish="budget", ran=(start, *drawn)
+    )
 
 
 def tpe_session(
@@ -226,9 +236,11 @@ def tpe_session(
         study.optimize(objective, n_trials=1)
         trials += 1
     final = _fastest(cell, ran) or start
-    return _outcome("optuna_tpe", cell, start, final, len(ran), finish="budget")
+    return _outcome("optuna_tpe", cell, start, final, len(ran), finish="budget", ran=tuple(ran))
 
 
 def exhaustive_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutcome:
     configs = space.configs()
-    return _outcome("exhaustive", cell, start, cell.best_config, len(configs), finish="all")
+    return _outcome(
+        "exhaustive", cell, start, cell.best_config, len(configs), finish="all", ran=tuple(configs)
+    )

@@ -59,6 +59,8 @@ def render(results: dict[str, Any]) -> str:
             f"model: {model_row['engineer_moves_per_session']} proposals per session would have "
             f"waited for an engineer ({s['replayed_engineer']})"
         )
+    if "truth" in results:
+        parts.append(render_truth(results["truth"]))
     s1 = results["system1"]
     parts.append("\nSystem 1: the whole configuration before anything runs")
     parts.append(
@@ -111,3 +113,45 @@ def render(results: dict[str, Any]) -> str:
         )
     )
     return "\n".join(parts)
+
+
+def render_truth(t: dict[str, Any]) -> str:
+    """The sessions scored on the truth pass, with the observed-pass score beside."""
+    x = t["exhaustive_check"]
+    head = (
+        f"\nScored against the truth pass ({t['configurations']} configurations re-measured, "
+        f"{t['repeats']} repeats in interleaved rounds, seed {t.get('seed')}; spread median "
+        f"{_pct(t['spread_median'])}, p90 {_pct(t['spread_p90'])})"
+    )
+    body = table(
+        [
+            "policy",
+            "true % of best: median",
+            "p10",
+            "mean",
+            "within noise",
+            "speed-up captured: median",
+            "cost s: median",
+            "observed % (old): median",
+            "p10",
+        ],
+        [
+            [
+                r["policy"],
+                r["pct_median"],
+                r["pct_p10"],
+                r["pct_mean"],
+                _pct(r["within_noise_share"]),
+                _pct(r["speedup_captured_median"]),
+                r["cost_s_median"],
+                r["observed_pct_median"],
+                r["observed_pct_p10"],
+            ]
+            for r in t["table"]
+        ],
+    )
+    check = (
+        f"exhaustive search on the truth pass: mean {x['pct_mean']} % of the true best, "
+        f"below 100 % at {x['cells_below_100']} of {x['cells']} sizes (min {x['pct_min']} %)"
+    )
+    return "\n".join([head, body, check, f"within noise: {t['noise']}"])

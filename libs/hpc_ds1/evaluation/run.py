@@ -17,6 +17,7 @@ from . import decisions as dc
 from . import policies as pol
 from .landscape import Cell, EvaluationError, build_cells, noise_summary, percentile
 from .system1 import system1
+from .truth import NEAR_BEST, SESSION_REPEATS, TRUTH_REPEATS, truth_configs, truth_summary
 
 Progress = Callable[[str, int, int], None]  # phase, done, total
 
@@ -151,27 +152,23 @@ def evaluate(
     thresholds: Thresholds | None = None,
     guard_retrain: bool = True,
     progress: Progress = _quiet,
+    truth: Sequence[Measurement] | None = None,
+    truth_repeats: int = TRUTH_REPEATS,
+    session_repeats: int = SESSION_REPEATS,
 ) -> Evaluation:
     """Score `model` on the held-out measurements among `measurements` (the device's log).
 
     Training data for the references and the leave-one-kernel-out retraining is what the model
-    was trained on: the non-held-out measurements at the model's own training sizes."""
+    was trained on: the non-held-out measurements at the model's own training sizes.
+    `truth`: the truth pass's measurements (truth.py); when given, results["truth"] scores
+    every session on them (the observed-pass scores stay where they were)."""
     started = time.perf_counter()
     thresholds = thresholds or model.thresholds
-    held = [m for m in measurements if m.held_out]
     training = [
         m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
     ]
-    check_honest(model, held, training)
+    cells, skipped, held = _cells(model, measurements, training)
     space_for = model.space_for
-    cells, skipped = build_cells([m for m in held if m.workload in model.workloads], space_for)
-    if not cells:
-        raise EvaluationError(
-            "the held-out landscape is incomplete: "
-            + ("; ".join(skipped) or "no held-out size of a workload this model knows")
-            + "; run `hpc-ds1 evaluate` again to measure what is missing"
-        )
-
     outcomes = _replay_sessions(model, cells, thresholds, seed, progress)
     from hpc_ds1.workloads import get_workload
 
@@ -208,9 +205,52 @@ def evaluate(
         "guard": {"kernels": guard_rows, "false_flags": dc.false_flags(checks)},
         "calibration": dc.calibration_summary(checks, thresholds),
     }
+    if truth is not None:
+        results["truth"], _ = truth_summary(
+            cells, outcomes, truth, repeats=truth_repeats, session_repeats=session_repeats
+        )
+        results["truth"]["seed"] = seed
     results["targets"] = _targets(results)
     results["seconds"] = round(time.perf_counter() - started, 2)
     return Evaluation(results, outcomes, checks)
+
+
+def _cells(
+    model: Model, measurements: Sequence[Measurement], training: Sequence[Measurement]
+) -> tuple[list[Cell], list[str], list[Measurement]]:
+    held = [m for m in measurements if m.held_out]
+    check_honest(model, held, training)
+    cells, skipped = build_cells(
+        [m for m in held if m.workload in model.workloads], model.space_for
+    )
+    if not cells:
+        raise EvaluationError(
+            "the held-out landscape is incomplete: "
+            + ("; ".join(skipped) or "no held-out size of a workload this model knows")
+            + "; run `hpc-ds1 evaluate` again to measure what is missing"
+        )
+    return cells, skipped, held
+
+
+def truth_plan(
+    model: Model,
+    measurements: Sequence[Measurement],
+    *,
+    seed: int = 0,
+    thresholds: Thresholds | None = None,
+    near: float = NEAR_BEST,
+    everything: bool = False,
+    progress: Progress = _quiet,
+) -> dict[tuple[str, int], list[Config]]:
+    """What the truth pass must measure: replay every policy on the observed pass (the same
+    seeded replay `evaluate` makes), then every configuration within `near` of the observed
+    best and every one a session ended on (truth.truth_configs)."""
+    training = [
+        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
+    ]
+    cells, _, _ = _cells(model, measurements, training)
+    outcomes = _replay_sessions(model, cells, thresholds or model.thresholds, seed, progress)
+    return truth_configs(cells, outcomes, near=near, everything=everything)
 
 
 def _budget(model_runs: Sequence[int]) -> int:

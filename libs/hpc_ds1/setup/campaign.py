@@ -1,5 +1,6 @@
 """Runs a setup plan for real, one (workload, size) chunk at a time, recording every result as a
-measurement event; a rerun skips what the log already holds, so an interruption loses nothing."""
+measurement event; a rerun skips what the log already holds, so an interruption loses nothing.
+A chunk's repeats are taken in interleaved rounds, in a seeded random order (interleave.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from hpc_ds1.db import tables
 from hpc_ds1.devicelock import device_lock
 from hpc_ds1.events import envelope
 from hpc_ds1.measure import config_key, measurement_event
-from hpc_ds1.runner import Job, RunResult, run_many
+from hpc_ds1.runner import RunResult
 from hpc_ds1.stack import Stack
 
+from .interleave import chunk_rng, measure_interleaved, run_jobs
 from .plan import PlannedJob
 
 Progress = Callable[[int, int, str], None]  # done, total, label
@@ -46,14 +48,17 @@ class Campaign:
         *,
         purpose: str = "setup",
         held_out: bool = False,
+        seed: int = 0,
     ) -> None:
-        """purpose "setup" measures training data; "evaluate" with held_out=True measures the
-        held-out landscape, which training never reads."""
+        """purpose "setup" measures training data; "evaluate" (and "truth") with held_out=True
+        measure the held-out landscape, which training never reads. `seed` draws the order of
+        the interleaved rounds (with the chunk's workload and size)."""
         self.stack = stack
         self.device_id = device_id
         self.timeout_s = timeout_s
         self.purpose = purpose
         self.held_out = held_out
+        self.seed = seed
 
     def measurement_id(self, job: PlannedJob) -> str:
         return setup_measurement_id(self.device_id, job, self.purpose)
@@ -99,14 +104,9 @@ class Campaign:
         return report
 
     def _measure(self, jobs: Sequence[PlannedJob]) -> list[RunResult]:
+        rng = chunk_rng(self.seed, self.purpose, jobs[0].workload, jobs[0].size)
         with device_lock(self.stack.settings.home):
-            return run_many(
-                [
-                    Job(workload=j.workload, size=j.size, config=j.config, repeats=j.repeats)
-                    for j in jobs
-                ],
-                timeout_s=self.timeout_s,
-            )
+            return measure_interleaved(jobs, rng, run_jobs(self.timeout_s))
 
     async def _record(self, jobs: Sequence[PlannedJob], results: Sequence[RunResult]) -> None:
         prefix = self.stack.settings.subject_prefix

@@ -25,6 +25,8 @@ class Profile:
 
 PROFILES = {
     # Every configuration of the space at every measured size: each state's best move is known.
+    # Two timed repeats in interleaved rounds (a warm-up before each), as `evaluate` measures
+    # what sessions observe.
     "full": Profile("full", None, repeats=2),
     # Three sizes spread over the range (the guard allows only what was measured).
     "quick": Profile("quick", (0, 2, 4), repeats=2),

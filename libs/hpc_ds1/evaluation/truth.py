@@ -1,0 +1,272 @@
+"""The truth pass: what a session ended on, scored on a separate, more careful measurement.
+
+Sessions are replayed on the observed pass (3 repeats per configuration, what a session would
+see). Scoring them on those same medians rewards a policy that keeps the luckiest median (the
+reference best is the minimum of many noisy medians). So, after the observed pass, the truth pass
+re-measures, with TRUTH_REPEATS repeats in interleaved rounds of a seeded random order:
+
+- every configuration within NEAR_BEST (15 %) of the observed best, and
+- every configuration any policy ended on (and, with `everything`, every configuration).
+
+On the truth pass, for every session:
+
+- score = true runtime of the truth pass's best / true runtime of the final configuration;
+- within noise of the true best: t_final / t_best - 1 <= 2 * sqrt(se_final^2 + se_best^2),
+  where se = 1.2533 * spread / sqrt(repeats) is the standard error of a median (spread: the
+  robust relative sigma, 1.4826 * MAD / median, of that configuration's truth repeats); two
+  standard errors: a difference the truth pass cannot tell from zero;
+- share of the available speed-up captured: (t_start - t_final) / (t_start - t_best), for the
+  sessions whose start was truth-measured and slower than the true best beyond that noise
+  (elsewhere there was nothing to capture); negative when the session ended slower than it
+  started;
+- tuning cost: the real run time the session spent, the observed runtime of every run it made
+  times (1 warm-up + the session's timed runs), as a session's task runs a configuration
+  (fleet.execute.TASK_REPEATS timed runs after the runner's warm-up).
+
+Exhaustive search ends on the observed best; scored on the truth pass it lands below 100 %
+wherever the observed best was luck, which checks that the method sees the noise."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_ds1.fleet.execute import TASK_REPEATS
+from hpc_ds1.model.labels import aggregate
+from hpc_ds1.model.schema import Measurement
+from hpc_ds1.space import Config
+
+from .landscape import Cell, EvaluationError, percentile
+from .policies import POLICIES, SessionOutcome
+
+NEAR_BEST = 0.15
+TRUTH_REPEATS = 5
+SESSION_REPEATS = TASK_REPEATS  # timed runs per run of a tuning session, after a warm-up
+SE_MEDIAN = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n) (normal noise)
+NOISE_Z = 2.0
+
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TruePoint:
+    runtime_s: float
+    spread: float
+
+    def se(self, repeats: int) -> float:
+        """Relative standard error of this median."""
+        return SE_MEDIAN * self.spread / math.sqrt(max(repeats, 1))
+
+
+def truth_configs(
+    cells: Sequence[Cell],
+    outcomes: Iterable[SessionOutcome],
+    *,
+    near: float = NEAR_BEST,
+    everything: bool = False,
+) -> dict[Key, list[Config]]:
+    """What the truth pass measures, per (workload, size): every configuration within `near`
+    of the observed best and every one a session ended on; every configuration with
+    `everything`. Failed configurations are never re-measured."""
+    finals: dict[Key, set[Config]] = {}
+    for o in outcomes:
+        finals.setdefault((o.workload, o.size), set()).add(o.final)
+    out = {}
+    for cell in cells:
+        key = (cell.workload, cell.size)
+        wanted = {
+            c
+            for c, p in cell.points.items()
+            if everything or p.runtime_s <= cell.best_runtime_s * (1.0 + near)
+        }
+        wanted |= {c for c in finals.get(key, ()) if c in cell.points}
+        out[key] = sorted(wanted, key=Config.label)
+    return out
+
+
+def truth_points(measurements: Iterable[Measurement]) -> dict[Key, dict[Config, TruePoint]]:
+    """The truth pass's measurements as (workload, size) -> configuration -> true runtime."""
+    outcomes = aggregate(m.model_copy(update={"held_out": False}) for m in measurements)
+    out: dict[Key, dict[Config, TruePoint]] = {}
+    for (workload, size, config), o in outcomes.items():
+        if o.ok and o.runtime_s is not None:
+            out.setdefault((workload, size), {})[config] = TruePoint(o.runtime_s, o.spread or 0.0)
+    return out
+
+
+def within_noise(final: TruePoint, best: TruePoint, repeats: int) -> bool:
+    if final.runtime_s <= best.runtime_s:
+        return True
+    band = NOISE_Z * math.hypot(final.se(repeats), best.se(repeats))
+    return final.runtime_s / best.runtime_s - 1.0 <= band
+
+
+@dataclass(frozen=True)
+class TrueScore:
+    outcome: SessionOutcome
+    pct_of_best: float
+    within_noise: bool
+    speedup_captured: float | None  # None: start not truth-measured, or nothing to capture
+    cost_s: float
+
+
+def score_sessions(
+    cells: Sequence[Cell],
+    outcomes: Sequence[SessionOutcome],
+    truth: Mapping[Key, Mapping[Config, TruePoint]],
+    *,
+    repeats: int = TRUTH_REPEATS,
+    session_repeats: int = SESSION_REPEATS,
+) -> list[TrueScore]:
+    by_key = {(c.workload, c.size): c for c in cells}
+    missing = sorted(
+        {
+            f"{o.workload} {o.size} {o.final.label()}"
+            for o in outcomes
+            if o.final not in truth.get((o.workload, o.size), {})
+        }
+    )
+    if missing:
+        raise EvaluationError(
+            f"the truth pass is incomplete: {len(missing)} final configurations not re-measured "
+            f"(e.g. {missing[0]}); run `hpc-ds1 evaluate` again to measure them"
+        )
+    scores = []
+    for o in outcomes:
+        cell, points = by_key[(o.workload, o.size)], truth[(o.workload, o.size)]
+        best = min(points.values(), key=lambda p: p.runtime_s)
+        final = points[o.final]
+        captured = None
+        start = points.get(o.start)
+        if start is not None and not within_noise(start, best, repeats):
+            captured = (start.runtime_s - final.runtime_s) / (start.runtime_s - best.runtime_s)
+        cost = sum(
+            cell.points[c].runtime_s * (1 + session_repeats) for c in o.ran if c in cell.points
+        )
+        scores.append(
+            TrueScore(
+                o,
+                100.0 * best.runtime_s / final.runtime_s,
+                within_noise(final, best, repeats),
+                captured,
+                cost,
+            )
+        )
+    return scores
+
+
+def _r(value: float, digits: int = 2) -> float:
+    return round(value, digits)
+
+
+def truth_table(scores: Sequence[TrueScore]) -> list[dict[str, Any]]:
+    rows = []
+    for policy in POLICIES:
+        mine = [s for s in scores if s.outcome.policy == policy]
+        if not mine:
+            continue
+        pcts = [s.pct_of_best for s in mine]
+        observed = [s.outcome.pct_of_best for s in mine]
+        captured = [s.speedup_captured for s in mine if s.speedup_captured is not None]
+        costs = [s.cost_s for s in mine]
+        rows.append(
+            {
+                "policy": policy,
+                "sessions": len(mine),
+                "pct_median": _r(statistics.median(pcts)),
+                "pct_p10": _r(percentile(pcts, 0.10)),
+                "pct_mean": _r(statistics.fmean(pcts)),
+                "within_noise_share": _r(sum(s.within_noise for s in mine) / len(mine), 4),
+                "speedup_captured_median": _r(statistics.median(captured), 4) if captured else None,
+                "speedup_captured_mean": _r(statistics.fmean(captured), 4) if captured else None,
+                "speedup_sessions": len(captured),
+                "cost_s_median": _r(statistics.median(costs), 3),
+                "cost_s_mean": _r(statistics.fmean(costs), 3),
+                "runs_median": statistics.median(s.outcome.runs for s in mine),
+                "observed_pct_median": _r(statistics.median(observed)),
+                "observed_pct_p10": _r(percentile(observed, 0.10)),
+            }
+        )
+    return rows
+
+
+def exhaustive_check(scores: Sequence[TrueScore]) -> dict[str, Any]:
+    """Exhaustive search on the truth pass, one figure per (workload, size): it must land below
+    100 % somewhere, or the truth pass does not see the noise it is there for."""
+    per_cell: dict[Key, float] = {}
+    for s in scores:
+        if s.outcome.policy == "exhaustive":
+            per_cell[(s.outcome.workload, s.outcome.size)] = s.pct_of_best
+    values = list(per_cell.values())
+    return {
+        "cells": len(values),
+        "cells_below_100": sum(v < 100.0 - 1e-9 for v in values),
+        "pct_mean": _r(statistics.fmean(values)) if values else None,
+        "pct_min": _r(min(values)) if values else None,
+        "below_100": bool(values) and statistics.fmean(values) < 100.0 - 1e-9,
+    }
+
+
+def truth_summary(
+    cells: Sequence[Cell],
+    outcomes: Sequence[SessionOutcome],
+    truth_measurements: Sequence[Measurement],
+    *,
+    repeats: int = TRUTH_REPEATS,
+    session_repeats: int = SESSION_REPEATS,
+    near: float = NEAR_BEST,
+) -> tuple[dict[str, Any], list[TrueScore]]:
+    """results["truth"]: the sessions scored on the truth pass."""
+    truth = truth_points(truth_measurements)
+    scores = score_sessions(
+        cells, outcomes, truth, repeats=repeats, session_repeats=session_repeats
+    )
+    per_size = []
+    for cell in cells:
+        points = truth.get((cell.workload, cell.size), {})
+        if not points:
+            continue
+        best = min(points, key=lambda c: (points[c].runtime_s, c.label()))
+        tied = [c for c in points if within_noise(points[c], points[best], repeats)]
+        per_size.append(
+            {
+                "workload": cell.workload,
+                "size": cell.size,
+                "measured": len(points),
+                "true_best": best.label(),
+                "observed_best": cell.best_config.label(),
+                "observed_best_pct_of_true_best": _r(
+                    100.0 * points[best].runtime_s / points[cell.best_config].runtime_s
+                )
+                if cell.best_config in points
+                else None,
+                "within_noise_of_true_best": len(tied),
+            }
+        )
+    spreads = sorted(p.spread for pts in truth.values() for p in pts.values())
+    return (
+        {
+            "repeats": repeats,
+            "near_best": near,
+            "order": "interleaved rounds in a seeded random order (setup/interleave.py)",
+            "configurations": sum(len(p) for p in truth.values()),
+            "spread_median": _r(statistics.median(spreads), 4) if spreads else None,
+            "spread_p90": _r(percentile(spreads, 0.9), 4) if spreads else None,
+            "score": "true runtime of the truth pass's best / true runtime of the final "
+            "configuration, in %",
+            "noise": f"within noise: t_final / t_best - 1 <= {NOISE_Z:g} * sqrt(se_final^2 + "
+            f"se_best^2), se = {SE_MEDIAN} * spread / sqrt({repeats}), spread = 1.4826 * MAD / "
+            "median of the truth repeats",
+            "speedup": "(t_start - t_final) / (t_start - t_best) on true runtimes, over the "
+            "sessions whose start was truth-measured and beyond noise of the true best",
+            "cost": f"sum over the session's runs of observed runtime x (1 warm-up + "
+            f"{session_repeats} repeats), in seconds",
+            "table": truth_table(scores),
+            "exhaustive_check": exhaustive_check(scores),
+            "per_size": per_size,
+        },
+        scores,
+    )

@@ -1,0 +1,129 @@
+"""How setup and evaluate measure (interleaved rounds in a seeded random order), and the final
+held-out set that no development profile touches. No real runs: a recording runner stands in
+for run_many in the interleaving tests (the real one is exercised by tests/setup and e2e)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from hpc_ds1.evaluation import EVAL_PROFILES
+from hpc_ds1.evaluation.plan import FINAL_INDICES, final_sizes
+from hpc_ds1.runner import Job, RunResult
+from hpc_ds1.runner.result import Status
+from hpc_ds1.setup import PROFILES
+from hpc_ds1.setup.interleave import chunk_rng, combine, measure_interleaved, round_order
+from hpc_ds1.setup.plan import PlannedJob
+from hpc_ds1.space import Config, ConfigSpace
+from hpc_ds1.workloads import get_workload, list_workloads
+
+SPACE = ConfigSpace.for_cpus(2, (32, 64))
+JOBS = [PlannedJob("gemm", 256, c, 3) for c in SPACE.configs()]
+
+
+class Recorder:
+    """Answers every job with a time that grows with each call: a machine whose load drifts."""
+
+    def __init__(self, fail: Config | None = None) -> None:
+        self.calls: list[list[Config]] = []
+        self.fail = fail
+        self.clock = 0.0
+
+    def __call__(self, jobs: Sequence[Job]) -> list[RunResult]:
+        assert len({j.config.ranks for j in jobs}) == 1  # one launch: one ranks value
+        assert all(j.repeats == 1 for j in jobs)
+        self.calls.append([j.config for j in jobs])
+        out = []
+        for j in jobs:
+            self.clock += 0.01
+            status = Status.FAILED if j.config == self.fail else Status.OK
+            t = 1.0 + self.clock
+            out.append(
+                RunResult(
+                    workload=j.workload,
+                    size=j.size,
+                    config=j.config,
+                    status=status,
+                    runtime_s=t if status is Status.OK else None,
+                    runtimes_s=(t,) if status is Status.OK else (),
+                    repeats=1,
+                    throughput=10.0 / t if status is Status.OK else None,
+                )
+            )
+        return out
+
+
+def test_every_configuration_once_per_round_in_a_seeded_random_order() -> None:
+    first, again, other = Recorder(), Recorder(), Recorder()
+    results = measure_interleaved(JOBS, random.Random(4), first)
+    measure_interleaved(JOBS, random.Random(4), again)
+    measure_interleaved(JOBS, random.Random(5), other)
+    assert first.calls == again.calls and first.calls != other.calls
+    rounds = [[c for call in first.calls[i : i + 3] for c in call] for i in (0, 3, 6)]
+    ranks_values = len(SPACE.ranks)
+    assert len(first.calls) == 3 * ranks_values
+    for one in rounds:  # a round visits every configuration once
+        assert sorted(one, key=Config.label) == sorted(SPACE.configs(), key=Config.label)
+    assert rounds[0] != rounds[1] or rounds[1] != rounds[2]  # reshuffled every round
+    for job, result in zip(JOBS, results, strict=True):
+        assert result.config == job.config and result.repeats == 3 and result.ok
+        # its three runs were taken in three different rounds, so far apart in time
+        assert max(result.runtimes_s) - min(result.runtimes_s) >= 0.01 * (len(JOBS) - 1)
+        assert result.runtime_s == sorted(result.runtimes_s)[1]
+
+
+def test_a_failed_configuration_is_not_run_again_and_stays_failed() -> None:
+    bad = JOBS[3].config
+    recorder = Recorder(fail=bad)
+    results = measure_interleaved(JOBS, random.Random(0), recorder)
+    assert sum(c == bad for call in recorder.calls for c in call) == 1
+    assert not results[3].ok and all(r.ok for i, r in enumerate(results) if i != 3)
+
+
+def test_combine_recomputes_median_spread_and_throughput() -> None:
+    c = JOBS[0].config
+    parts = [
+        RunResult(
+            workload="gemm",
+            size=256,
+            config=c,
+            status=Status.OK,
+            runtime_s=t,
+            runtimes_s=(t,),
+            repeats=1,
+            throughput=8.0 / t,
+        )
+        for t in (2.0, 1.0, 4.0)
+    ]
+    out = combine(parts)
+    assert out.runtime_s == 2.0 and out.repeats == 3 and out.min_runtime_s == 1.0
+    assert out.throughput == pytest.approx(4.0) and out.spread == pytest.approx(1.4826 * 1 / 2)
+
+
+def test_the_order_depends_on_seed_and_chunk_only() -> None:
+    a = round_order(JOBS, chunk_rng(0, "setup", "gemm", 256))
+    b = round_order(JOBS, chunk_rng(0, "setup", "gemm", 256))
+    c = round_order(JOBS, chunk_rng(0, "setup", "gemm", 512))
+    assert a == b and a != c
+
+
+def test_setup_and_evaluate_take_the_same_repeats() -> None:
+    assert {p.repeats for p in PROFILES.values()} == {p.repeats for p in EVAL_PROFILES.values()}
+    assert all(p.truth_repeats >= 5 for p in EVAL_PROFILES.values())
+
+
+def test_the_final_held_out_set_is_apart_from_every_development_profile() -> None:
+    for name in list_workloads():
+        wl = get_workload(name)
+        if not wl.held_out:
+            continue
+        final = set(final_sizes(wl))
+        assert len(final) == len(FINAL_INDICES)
+        assert set(EVAL_PROFILES["final"].sizes(wl)) == final
+        for profile in ("full", "quick"):
+            assert not final & set(EVAL_PROFILES[profile].sizes(wl))
+        assert set(EVAL_PROFILES["full"].sizes(wl)) | final == set(wl.held_out)
+        quick = PROFILES["quick"].sizes(wl)  # the final set lies inside the quick range
+        assert all(min(quick) < s < max(quick) for s in final)
