@@ -218,6 +218,19 @@ class EventBus:
                 log.warning("jetstream_retry", stream=self.stream, error=repr(error))
                 await asyncio.sleep(0.25)
 
+    @staticmethod
+    async def _fetch_or_unavailable(
+        sub: JetStreamContext.PullSubscription, batch: int
+    ) -> list[Msg]:
+        """One fetch; a fetch that waited its second out raises TimeoutError, and one sent while
+        the consumer's leader is being elected (a node died) ServiceUnavailableError, which
+        _until_answered sends again."""
+        try:
+            msgs: list[Msg] = await sub.fetch(batch, timeout=1.0)
+        except NatsTimeout:
+            raise TimeoutError from None
+        return msgs
+
     async def last_sequence(self) -> int:
         info = await self._until_answered(lambda: self.js.stream_info(self.stream))
         return int(info.state.last_seq)
@@ -250,10 +263,12 @@ class EventBus:
         try:
             while True:
                 try:
-                    msgs = await sub.fetch(batch, timeout=1.0)
+                    msgs = await self._until_answered(
+                        lambda: self._fetch_or_unavailable(sub, batch)
+                    )
                 except (NatsTimeout, TimeoutError):
                     # A filtered replay may have no message left at or before stop_at.
-                    info = await sub.consumer_info()
+                    info = await self._until_answered(sub.consumer_info)
                     if info.num_pending == 0:
                         return
                     continue
