@@ -68,6 +68,12 @@ class Settings(BaseSettings):
     max_task_attempts: int = Field(
         default=3, ge=1, le=20, description="Devices a task may fail on before it fails."
     )
+    fleet_device: bool = Field(
+        default=True,
+        description="The local agent serves the fleet (heartbeats, its task queue). False in the "
+        "short-lived stacks a command starts for itself: they must not take tasks they would "
+        "kill when they end.",
+    )
     max_model_bytes: int = Field(
         default=64 << 20,
         ge=1 << 20,

@@ -60,8 +60,11 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def open_stack(
-    settings: Settings, services: tuple[str, ...], name: str
+    settings: Settings, services: tuple[str, ...], name: str, *, fleet_device: bool = False
 ) -> AsyncIterator[Stack]:
+    """`fleet_device`: whether the agent it starts (if any) serves the fleet. A command's own
+    stack ends with the command, so by default its agent takes no fleet tasks (it would kill
+    them) and sends no heartbeats (the device is not there for the fleet after it)."""
     owner = running_owner(settings.home)
     if owner is not None:
         async with _connected(settings, owner, name, attached=True) as stack:
@@ -69,10 +72,9 @@ async def open_stack(
         return
     with own_home(settings) as endpoints:
         stop = asyncio.Event()
+        own = settings.model_copy(update={"fleet_device": fleet_device})
         runner = asyncio.create_task(
-            run_services(
-                services, settings, endpoints.nats_url_for, endpoints.app_database_url(), stop
-            )
+            run_services(services, own, endpoints.nats_url_for, endpoints.app_database_url(), stop)
         )
         try:
             async with _connected(settings, endpoints, name, attached=False) as stack:

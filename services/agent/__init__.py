@@ -49,10 +49,12 @@ async def run(ctx: ServiceContext) -> None:
             await ctx.bus.publish(
                 envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
             )
-            # This machine is a device of the fleet too: its tasks, its heartbeats.
-            fleet = LocalFleet(ctx, jobs, hardware.device_id)
-            ctx.facts["fleet_completed"] = lambda: fleet.completed
-            fleet_task = asyncio.create_task(_keep_running(ctx, fleet), name="agent-fleet")
+            # This machine is a device of the fleet too: its tasks, its heartbeats (not in a
+            # command's own short-lived stack, which would kill a task when it ends).
+            if ctx.settings.fleet_device:
+                fleet = LocalFleet(ctx, jobs, hardware.device_id)
+                ctx.facts["fleet_completed"] = lambda: fleet.completed
+                fleet_task = asyncio.create_task(_keep_running(ctx, fleet), name="agent-fleet")
             await ctx.stop.wait()
         finally:
             await sub.unsubscribe()

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select
 from hpc_ds1.db import tables
 from hpc_ds1.events import Envelope, TaskPlaced, TaskSubmitted, envelope
 from hpc_ds1.fleet.liveness import last_beat, liveness_bucket
-from hpc_ds1.fleet.work import WorkItem, enqueue
+from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import command_workload, get_workload, register, unregister
@@ -30,7 +30,9 @@ MONTECARLO = {"ranks": 1, "threads": 1, "tile": get_workload("montecarlo").defau
 
 @pytest.fixture
 async def local(settings: Settings, engine: Engine) -> AsyncIterator[tuple[Stack, str]]:
-    async with open_stack(settings, ("projector", "agent"), "test-fleet") as stack:
+    async with open_stack(
+        settings, ("projector", "agent"), "test-fleet", fleet_device=True
+    ) as stack:
         yield stack, await stack.local_device()
 
 
@@ -183,7 +185,9 @@ async def capped(
     settings: Settings, engine: Engine, sleeper: str
 ) -> AsyncIterator[tuple[Stack, str]]:
     tight = settings.model_copy(update={"max_run_s": 1.0})
-    async with open_stack(tight, ("projector", "agent"), "test-fleet-capped") as stack:
+    async with open_stack(
+        tight, ("projector", "agent"), "test-fleet-capped", fleet_device=True
+    ) as stack:
         yield stack, await stack.local_device()
 
 
@@ -239,7 +243,9 @@ async def test_a_stop_kills_the_running_task_and_records_a_run_failure(
     settings: Settings, engine: Engine, bus: Any, sleeper: str
 ) -> None:
     config = {"ranks": 1, "threads": 1, "tile": 1}
-    async with open_stack(settings, ("projector", "agent"), "test-fleet-stop") as stack:
+    async with open_stack(
+        settings, ("projector", "agent"), "test-fleet-stop", fleet_device=True
+    ) as stack:
         device_id = await stack.local_device()
         task_id = await place(stack, device_id, sleeper, 1, config)
         await put(
@@ -261,3 +267,29 @@ async def test_a_stop_kills_the_running_task_and_records_a_run_failure(
     failed = [e for e in envs if e.type == "task.run_failed"]
     assert len(failed) == 1 and "stopped during the run" in failed[0].data["error"]
     assert "task.finished" not in [e.type for e in envs]
+
+
+async def test_a_commands_own_stack_serves_no_fleet(settings: Settings, engine: Engine) -> None:
+    """A command that starts its own services (no serve running) ends with them: its agent
+    must neither look alive to the fleet nor take a queued task it would kill on the way out."""
+    async with open_stack(settings, ("projector", "agent"), "test-own-stack") as stack:
+        device = await stack.local_device()
+        task_id = await place(stack, device, "montecarlo", 100_000, MONTECARLO)
+        item = WorkItem(
+            task_id=task_id,
+            attempt=1,
+            device_id=device,
+            workload="montecarlo",
+            size=100_000,
+            config=MONTECARLO,
+        )
+        await ensure_work_stream(stack.bus.js, settings)
+        await put(stack, settings, item)
+        kv = await liveness_bucket(stack.bus.js, settings)
+        await asyncio.sleep(settings.heartbeat_interval_s + 1.0)
+        assert await last_beat(kv, device) is None
+        with engine.connect() as conn:
+            status = conn.execute(
+                select(tables.tasks.c.status).where(tables.tasks.c.task_id == task_id)
+            ).scalar()
+        assert status == "placed"  # still waiting for a device that serves the fleet
