@@ -247,9 +247,16 @@ async def test_an_agent_joins_uploads_and_runs_what_is_submitted(
         assert SIZE in measured["montecarlo"]["sizes"], found
 
         # The coordinator's own machine is a device too: drained, so the task goes to dev-b.
+        # Its agent registers on its own time: wait until it is listed, or it is not drained.
         async with httpx.AsyncClient(headers=_bearer(coordinator.cli_token)) as http:
-            listed = (await http.get(f"{coordinator.server}/v1/devices")).json()["devices"]
-            for local in [d["device_id"] for d in listed if d["local"]]:
+            locals_: list[str] = []
+            deadline = time.monotonic() + 60
+            while not locals_ and time.monotonic() < deadline:
+                listed = (await http.get(f"{coordinator.server}/v1/devices")).json()["devices"]
+                locals_ = [d["device_id"] for d in listed if d["local"]]
+                await asyncio.sleep(0.2)
+            assert locals_, "the coordinator's own device never registered"
+            for local in locals_:
                 drained = await http.post(
                     f"{coordinator.server}/v1/devices/{local}/drain", json={"draining": True}
                 )
