@@ -139,24 +139,34 @@ def _read_token_file(path: Path) -> str | None:
     return text
 
 
-def ensure_cli_token(home: Path) -> str:
-    """The home's CLI token, created (0600, in a 0700 directory) when it has none."""
+def _ensure_token_file(home: Path, path: Path) -> str:
+    """The token in `path`, created (0600, in a 0700 directory) when there is none."""
     credentials_dir(home)
-    found = read_cli_token(home)
+    found = _read_token_file(path)
     if found is not None:
         return found
-    _write_new(cli_token_path(home), new_token())
-    token = read_cli_token(home)
+    _write_new(path, new_token())
+    token = _read_token_file(path)
     assert token is not None
     return token
 
 
-def rotate_cli_token(home: Path) -> str:
-    """Replace the CLI token by a new one (the old one stays valid until revoked)."""
+def _rotate_token_file(home: Path, path: Path) -> str:
+    """Put a new token in `path` (the old one stays valid until revoked)."""
     credentials_dir(home)
     token = new_token()
-    _replace(cli_token_path(home), token)
+    _replace(path, token)
     return token
+
+
+def ensure_cli_token(home: Path) -> str:
+    """The home's CLI token, created (0600, in a 0700 directory) when it has none."""
+    return _ensure_token_file(home, cli_token_path(home))
+
+
+def rotate_cli_token(home: Path) -> str:
+    """Replace the CLI token by a new one (the old one stays valid until revoked)."""
+    return _rotate_token_file(home, cli_token_path(home))
 
 
 def cli_token_id(token: str) -> str:
@@ -177,22 +187,12 @@ def read_join_token(home: Path) -> str | None:
 
 def ensure_join_token(home: Path) -> str:
     """The home's join token, created (0600, in a 0700 directory) when it has none."""
-    credentials_dir(home)
-    found = read_join_token(home)
-    if found is not None:
-        return found
-    _write_new(join_token_path(home), new_token())
-    token = read_join_token(home)
-    assert token is not None
-    return token
+    return _ensure_token_file(home, join_token_path(home))
 
 
 def rotate_join_token(home: Path) -> str:
     """Replace the join token file by a new token (register it, revoke the old one)."""
-    credentials_dir(home)
-    token = new_token()
-    _replace(join_token_path(home), token)
-    return token
+    return _rotate_token_file(home, join_token_path(home))
 
 
 def current_join_token(home: Path, engine: Engine) -> str:
