@@ -8,13 +8,14 @@ import socket
 from collections.abc import Iterator
 
 import uvicorn
+from fastapi import FastAPI
 
 from hpc_ds1.credentials import register_cli_token, register_join_token
 from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
 
 from .agent_api import close_agent_polls
-from .app import create_app
+from .app import Check, create_app
 
 __all__ = ["create_app", "run"]
 
@@ -47,30 +48,39 @@ def _listen(host: str, port: int) -> socket.socket:
     return listener
 
 
-async def _register_cli_token(ctx: ServiceContext) -> None:
+async def _register_credentials(ctx: ServiceContext, app: FastAPI) -> None:
     """The home's CLI credential (credentials/cli.token) as an admin token of the home's owner,
-    then the fleet's join token; logged, never raised: the API serves either way."""
-    try:
-        await register_cli_token(ctx.bus, ctx.engine, ctx.settings.home)
-    except Exception as error:
-        log.error("cli_token_not_registered", error=f"{type(error).__name__}: {error}")
-    # The fleet's join token (credentials/join.token), made on the first start; the same way.
-    try:
-        await register_join_token(ctx.bus, ctx.engine, ctx.settings.home)
-    except Exception as error:
-        log.error("join_token_not_registered", error=f"{type(error).__name__}: {error}")
+    then the fleet's join token (made on the first start). /readyz says ready only once both are
+    active, so nothing told "ready" meets a refused CLI token; tried again until they are.
+    Logged, never raised."""
+    pending = {"CLI": register_cli_token, "join": register_join_token}
+    while pending:
+        problems: list[str] = []
+        for what, register in list(pending.items()):
+            try:
+                if await register(ctx.bus, ctx.engine, ctx.settings.home):
+                    del pending[what]
+                    continue
+                problems.append(f"the {what} token is not active yet (is the projector running?)")
+            except Exception as error:
+                log.error(
+                    f"{what.lower()}_token_not_registered",
+                    error=f"{type(error).__name__}: {error}",
+                )
+                problems.append(f"the {what} token could not be registered: {type(error).__name__}")
+        app.state.credentials = Check(ok=not problems, problem="; ".join(problems) or None)
+        if pending:
+            await asyncio.sleep(1.0)
 
 
 async def run(ctx: ServiceContext) -> None:
-    registering = asyncio.create_task(_register_cli_token(ctx))
-    try:
-        await _serve(ctx)
-    finally:
-        registering.cancel()
+    await _serve(ctx)
 
 
 async def _serve(ctx: ServiceContext) -> None:
     app = create_app(ctx.settings, ctx.bus, ctx.engine)
+    app.state.credentials = Check(ok=False, problem="registering the home's CLI and join tokens")
+    registering = asyncio.create_task(_register_credentials(ctx, app))
     config = uvicorn.Config(
         app, host=ctx.settings.host, port=ctx.settings.port, log_config=None, access_log=False
     )
@@ -83,12 +93,15 @@ async def _serve(ctx: ServiceContext) -> None:
             f"the gateway cannot listen on {ctx.settings.host}:{ctx.settings.port}: "
             f"{error.strerror} (set --port or HPC_DS1_PORT)"
         ) from None
-    serving = asyncio.create_task(server.serve(sockets=[listener]))
-    stopping = asyncio.create_task(ctx.stop.wait())
-    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    server.should_exit = True
-    # Agents' long-polls end now: the server waits for every request in flight to finish.
-    await close_agent_polls(app)
-    await serving
-    stopping.cancel()
-    listener.close()
+    try:
+        serving = asyncio.create_task(server.serve(sockets=[listener]))
+        stopping = asyncio.create_task(ctx.stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        # Agents' long-polls end now: the server waits for every request in flight to finish.
+        await close_agent_polls(app)
+        await serving
+        stopping.cancel()
+    finally:
+        registering.cancel()
+        listener.close()

@@ -60,6 +60,9 @@ class Checks(BaseModel):
     postgres: Check
     services: ServicesCheck
     projector_lag: int | float | None = None
+    # The home's CLI and join tokens, registered by this gateway when it starts (absent for a
+    # gateway that does not register them): until then the CLI's own token is refused.
+    credentials: Check | None = None
 
 
 class Readiness(BaseModel):
@@ -99,6 +102,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
+    app.state.credentials = None  # the gateway service sets it while it registers the home's
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> Health:
@@ -119,10 +123,17 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
             asyncio.to_thread(_check_postgres, engine),
             _check_services(settings, bus),
         )
+        credentials: Check | None = app.state.credentials
         checks = Checks(
-            nats=nats, postgres=postgres, services=services[0], projector_lag=services[1]
+            nats=nats,
+            postgres=postgres,
+            services=services[0],
+            projector_lag=services[1],
+            credentials=credentials,
         )
-        ready = nats.ok and postgres.ok and services[0].ok
+        ready = (
+            nats.ok and postgres.ok and services[0].ok and (credentials is None or credentials.ok)
+        )
         body = Readiness(ready=ready, checks=checks)
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 

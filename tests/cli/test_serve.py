@@ -75,6 +75,11 @@ def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
     try:
         ready = wait_ready(url, first)
         assert ready["checks"]["services"]["missing"] == []
+        # Ready means the home's own tokens work: the CLI token is answered at once.
+        assert ready["checks"]["credentials"] == {"ok": True, "problem": None}
+        cli = (home / "credentials" / "cli.token").read_text().strip()
+        answer = httpx.get(f"{url}/v1/devices", headers={"Authorization": f"Bearer {cli}"})
+        assert answer.status_code == 200, answer.text
         registered = devices_registered(url, home)
         assert registered and registered[0]["data"]["local"] is True
         # On loopback too, nothing without a credential.
