@@ -36,6 +36,7 @@ class Process:
     env: Mapping[str, str] | None = None
     deadline: float | None = None  # epoch seconds: the guard kills the job then, whatever happens
     cancel: threading.Event | None = None
+    cwd: str | None = None  # where the job runs (a command workload's folder); None: here
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     popen: subprocess.Popen[str] = field(init=False)
     lines: queue.Queue[str | None] = field(default_factory=queue.Queue, init=False)
@@ -67,6 +68,7 @@ class Process:
                 env=env,
                 start_new_session=True,
                 pass_fds=keep,
+                cwd=self.cwd,
             )
         except BaseException:
             os.close(self._owner_w)
