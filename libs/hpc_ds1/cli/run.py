@@ -15,7 +15,11 @@ def register(subparsers: Any) -> None:
         help="run one job for real (MPI ranks x numba threads) and print its result",
         description="Run a workload at one size and configuration on this machine.",
     )
-    parser.add_argument("--workload", required=True, help="gemm, stencil, nbody, montecarlo, ...")
+    parser.add_argument(
+        "--workload",
+        help="gemm, stencil, nbody, montecarlo, a workload file's, ... (with --command: a new "
+        "name for it)",
+    )
     parser.add_argument("--size", required=True, help="problem size (a positive integer)")
     parser.add_argument("--ranks", type=int, default=1, help="MPI ranks (default 1)")
     parser.add_argument("--threads", type=int, default=None, help="numba threads per rank")
@@ -25,12 +29,62 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
     parser.add_argument(
         "--command",
+        dest="command_template",
         default=None,
         help="run an external command template instead ({ranks} {threads} {tile} {size}); it "
         "must print a line 'runtime_s=<seconds>'",
     )
+    parser.add_argument(
+        "--workload-file",
+        metavar="PATH",
+        help="a TOML workload file (docs/plugins.md): run the workload it declares",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=handle)
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    """The workload --workload, --workload-file or --command name (one of them, clearly)."""
+    from hpc_ds1.workloads import (
+        UnknownWorkload,
+        WorkloadFileError,
+        command_workload,
+        get_workload,
+        list_workloads,
+        load_file,
+        source_of,
+    )
+
+    if args.command_template is not None and args.workload_file is not None:
+        raise UsageError("give --command or --workload-file, not both")
+    if args.workload_file is not None:
+        try:
+            loaded = load_file(args.workload_file)
+        except WorkloadFileError as error:
+            raise UsageError(str(error)) from None
+        if args.workload is not None and args.workload != loaded.name:
+            raise UsageError(
+                f"--workload {args.workload} and --workload-file {args.workload_file} disagree: "
+                f"the file declares {loaded.name!r}; drop --workload"
+            )
+        return loaded
+    if args.workload is None:
+        raise UsageError("give --workload NAME (or --workload-file PATH)")
+    if args.command_template is not None:
+        if args.workload in list_workloads():
+            raise UsageError(
+                f"--workload {args.workload} with --command: {args.workload!r} is already a "
+                f"workload ({source_of(args.workload)}), and --command would run instead of it; "
+                "give the command a name of its own, or drop --command to run the workload"
+            )
+        try:
+            return command_workload(args.workload, args.command_template)
+        except ValueError as error:
+            raise UsageError(f"--command: {error}") from None
+    try:
+        return get_workload(args.workload)
+    except UnknownWorkload as error:
+        raise UsageError(str(error)) from None
 
 
 def _result(args: argparse.Namespace) -> Any:
@@ -38,15 +92,8 @@ def _result(args: argparse.Namespace) -> Any:
 
     from hpc_ds1.runner import InvalidJob, run
     from hpc_ds1.space import Config, ConfigSpace
-    from hpc_ds1.workloads import command_workload, get_workload
 
-    try:
-        if args.command is not None:
-            workload: Any = command_workload(args.workload, args.command)
-        else:
-            workload = get_workload(args.workload)
-    except (KeyError, ValueError) as error:
-        raise UsageError(str(error)) from None
+    workload = _workload(args)
     space = ConfigSpace.for_device(workload=workload)
     threads = args.threads if args.threads is not None else max(space.threads)
     tile = args.tile if args.tile is not None else workload.default_tile

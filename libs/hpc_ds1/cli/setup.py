@@ -29,6 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="only this workload (repeatable; default: every registered one)",
     )
     parser.add_argument(
+        "--workload-file",
+        action="append",
+        dest="workload_files",
+        metavar="PATH",
+        help="a TOML workload file (docs/plugins.md) to measure too (repeatable; with no "
+        "--workload, only the files' workloads are measured)",
+    )
+    parser.add_argument(
         "--sizes",
         help="comma-separated sizes for every selected workload, instead of the profile's",
     )
@@ -53,7 +61,13 @@ def _sizes(text: str | None) -> list[int] | None:
 def handle(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from ..workloads import UnknownWorkload, get_workload, list_workloads
+    from ..workloads import (
+        UnknownWorkload,
+        WorkloadFileError,
+        get_workload,
+        list_workloads,
+        load_file,
+    )
 
     settings = load_settings(quiet=True, home=args.home)
     profile = PROFILES["quick" if args.quick else "full"]
@@ -62,7 +76,13 @@ def handle(args: argparse.Namespace) -> int:
             raise UsageError("--repeats must be at least 1")
         profile = replace(profile, repeats=args.repeats)
     try:
-        workloads = [get_workload(name) for name in (args.workloads or list_workloads())]
+        from_files = [load_file(path).name for path in args.workload_files or ()]
+    except WorkloadFileError as error:
+        raise UsageError(str(error)) from None
+    names = args.workloads or ([] if from_files else list_workloads())
+    names += [n for n in from_files if n not in names]
+    try:
+        workloads = [get_workload(name) for name in names]
     except UnknownWorkload as error:
         raise UsageError(str(error)) from None
     sizes = _sizes(args.sizes)

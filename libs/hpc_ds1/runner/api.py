@@ -1,5 +1,5 @@
 """run() and run_many(): jobs for real under `mpiexec`, one launch per ranks value, with
-timeouts that kill the whole process group. Command-template workloads run their own command.
+timeouts that kill the whole process group. Command workloads run their own command (command.py).
 
 Every launch runs under a guard (see procs.py) with an absolute deadline, and every rank carries
 its own deadline too, so a job never outlives its runner nor its timeout. Jobs get a scrubbed
@@ -29,7 +29,6 @@ from hpc_ds1.runner.result import Job, RunResult, Status
 from hpc_ds1.runner.validate import InvalidJob, check_size, validate
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import CommandWorkload, Workload
-from hpc_ds1.workloads.command import CommandOutputError, parse_output
 
 DEFAULT_TIMEOUT_S = 300.0
 LAUNCH_TIMEOUT_S = 120.0
@@ -218,66 +217,6 @@ def _run_batch(
     return results
 
 
-def _run_command(
-    job: Job, wl: CommandWorkload, timeout_s: float, cancel: threading.Event | None = None
-) -> RunResult:
-    c = job.config
-    values = {
-        "ranks": c.ranks,
-        "threads": c.threads,
-        "tile": c.tile,
-        "size": job.size,
-        "python": sys.executable,
-        "mpiexec": mpiexec_path(),
-    }
-    argv = wl.argv(values)
-    command = shlex.join(argv)
-    times: list[float] = []
-    check = None
-    warmup = 0.0
-    for attempt in range(job.repeats + 1):  # the first run is the warm-up
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("cancelled before the job finished")
-        started = time.monotonic()
-        deadline = time.time() + timeout_s + GRACE_S
-        try:
-            proc = Process(argv, job_env(c.threads), deadline=deadline, cancel=cancel)
-        except OSError as error:
-            return _result(job, wl, Status.FAILED, command, error=f"cannot start: {error}")
-        with proc:
-            code = proc.wait(timeout_s)
-            if code is None and proc.cancelled():
-                raise Cancelled("cancelled while the job ran; its processes were killed")
-            if code is None:
-                return _result(
-                    job,
-                    wl,
-                    Status.TIMED_OUT,
-                    command,
-                    times=times,
-                    error=f"did not finish within {timeout_s:g} s; process group killed",
-                )
-        wall = time.monotonic() - started
-        if code == 127 and "cannot start" in proc.stderr_text():
-            return _result(job, wl, Status.FAILED, command, error=proc.stderr_text())
-        if code != 0:
-            tail = proc.stderr_text() or proc.output_text()
-            return _result(job, wl, Status.FAILED, command, error=f"exit status {code}: {tail}")
-        try:
-            runtime, check = parse_output(proc.output_text())
-        except CommandOutputError as error:
-            return _result(job, wl, Status.FAILED, command, error=str(error))
-        if attempt == 0:
-            warmup = wall
-        else:
-            times.append(runtime)
-    status = Status.OK if check is None or check.ok else Status.WRONG_ANSWER
-    extra: dict[str, Any] = {"warmup_s": warmup}
-    if check is not None:
-        extra.update(check_ok=check.ok, check_error=check.error, check_detail=check.detail)
-    return _result(job, wl, status, command, times=times, **extra)
-
-
 def run_many(
     jobs: Sequence[Job],
     *,
@@ -301,7 +240,9 @@ def run_many(
     groups: dict[int, list[int]] = {}
     for i, (job, wl) in enumerate(checked):
         if isinstance(wl, CommandWorkload):
-            out[i] = _run_command(job, wl, timeout_s, cancel)
+            from hpc_ds1.runner.command import run_command
+
+            out[i] = run_command(job, wl, timeout_s, _result, cancel)
         else:
             groups.setdefault(job.config.ranks, []).append(i)
     for ranks, indices in sorted(groups.items()):

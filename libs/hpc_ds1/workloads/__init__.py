@@ -1,4 +1,6 @@
-"""Workloads: numba kernels with a correctness check, work per size and sizes; plug-ins welcome.
+"""Workloads: numba kernels with a correctness check, work per size and sizes; plug-ins welcome
+(a Python `Workload` under the `hpc_ds1.workloads` entry point, or a TOML command: see
+docs/plugins.md).
 
 from hpc_ds1.workloads import Workload, register, get_workload, list_workloads
 """
@@ -10,10 +12,15 @@ from hpc_ds1.workloads.registry import (
     UnknownWorkload,
     get_workload,
     list_workloads,
+    load_errors,
+    load_file,
     register,
     resolve,
+    source_of,
     unregister,
+    use_home,
 )
+from hpc_ds1.workloads.tomlfile import WorkloadFileError, load_workload_file
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -24,10 +31,16 @@ __all__ = [
     "UnknownWorkload",
     "Work",
     "Workload",
+    "WorkloadFileError",
     "command_workload",
     "get_workload",
     "list_workloads",
+    "load_errors",
+    "load_file",
+    "load_workload_file",
     "register",
     "resolve",
+    "source_of",
     "unregister",
+    "use_home",
 ]

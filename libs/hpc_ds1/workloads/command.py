@@ -1,20 +1,33 @@
-"""A job given as an external command template, timed by the command itself.
+"""A job given as an external command template: `run --command`, or a TOML workload file.
 
-Placeholders: {ranks} {threads} {tile} {size}, plus {python} and {mpiexec} (this environment's).
-Output convention: the command prints a line `runtime_s=<seconds>` (the last one counts); it may
-also print `check=ok` or `check=failed` and `check_error=<float>`. Exit status 0 means it ran."""
+Placeholders of `run --command`: {ranks} {threads} {tile} {size}, plus {python} and {mpiexec}
+(this environment's). Its output convention: the command prints a line `runtime_s=<seconds>`
+(the last one counts); it may also print `check=ok` or `check=failed` and
+`check_error=<float>`. Exit status 0 means it ran.
+
+A TOML workload (tomlfile.py) declares instead its launcher, its environment template, its knob
+(the space's tile dimension, under its own placeholder name), where its runtime comes from and
+how its answer is checked (outcome.py)."""
 
 from __future__ import annotations
 
 import re
 import shlex
 import string
-from dataclasses import dataclass
-from typing import Any
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from hpc_ds1.workloads.base import CheckResult, RankContext, Work, Workload
 
+if TYPE_CHECKING:  # not at run time: the rank program imports this package, and fast
+    from hpc_ds1.space import Config
+
 PLACEHOLDERS = ("ranks", "threads", "tile", "size", "python", "mpiexec")
+# A command decides its own threads through this template (the runner pins none for it).
+DEFAULT_ENV: tuple[tuple[str, str], ...] = (("OMP_NUM_THREADS", "{threads}"),)
+Launcher = Literal["none", "mpi"]
 _RUNTIME = re.compile(r"^\s*runtime_s\s*=\s*([-+0-9.eE]+|nan|inf)\s*$", re.MULTILINE)
 _CHECK = re.compile(r"^\s*check\s*=\s*(ok|failed|fail|wrong)\s*$", re.MULTILINE)
 _CHECK_ERROR = re.compile(r"^\s*check_error\s*=\s*([-+0-9.eE]+)\s*$", re.MULTILINE)
@@ -22,6 +35,29 @@ _CHECK_ERROR = re.compile(r"^\s*check_error\s*=\s*([-+0-9.eE]+)\s*$", re.MULTILI
 
 class CommandOutputError(ValueError):
     """The command's output did not follow the convention."""
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """Where a run's runtime comes from: the `runtime_s=` convention, the wall clock of the
+    command, or a regex with one group. Several matches (one per rank under the MPI launcher)
+    are combined by `combine`: max, the slowest rank, as the built-ins time a run; or last."""
+
+    kind: Literal["convention", "wall", "regex"] = "convention"
+    pattern: str = ""
+    combine: Literal["max", "last"] = "max"
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """How a run's answer is checked: the convention's `check=` lines, the exit status alone, a
+    regex on the output (with one group: the error, at most `max_error` on every match), or a
+    check command (exit status 0: correct) run once after the timed runs."""
+
+    kind: Literal["convention", "exit_code", "regex", "command"] = "convention"
+    pattern: str = ""
+    max_error: float | None = None
+    command: str = ""
 
 
 def _no_prepare(ctx: RankContext, size: int, tile: int) -> Any:
@@ -36,30 +72,80 @@ def _no_memory(size: int, ranks: int) -> int:
     return 0
 
 
+def template_fields(template: str) -> list[tuple[str, str, str | None]]:
+    """(field, format spec, conversion) of every placeholder; ValueError when malformed."""
+    out = []
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is not None:
+            out.append((name, spec or "", conversion))
+    return out
+
+
+def fill(template: str, values: dict[str, str], *, quote: bool) -> str:
+    """The template with every placeholder replaced (shell-quoted when `quote`)."""
+    pieces = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        pieces.append(literal)
+        if name is not None:
+            value = values[name]
+            pieces.append(shlex.quote(value) if quote else value)
+    return "".join(pieces)
+
+
 @dataclass(frozen=True)
 class CommandWorkload(Workload):
     template: str = ""
+    launcher: Launcher = "none"
+    env: tuple[tuple[str, str], ...] = DEFAULT_ENV
+    knob: str = "tile"  # the placeholder that carries the config's tile
+    runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    check: CheckSpec = field(default_factory=CheckSpec)
+    warmup: bool = True  # one untimed run before the timed ones
+    workdir: str = ""  # where the command runs ("": the caller's directory)
+    source: str = ""  # the file that declared it
 
     def placeholders(self) -> set[str]:
-        return {field for _, field, _, _ in string.Formatter().parse(self.template) if field}
+        return {name for name, _, _ in template_fields(self.template)}
 
-    def argv(self, values: dict[str, object]) -> list[str]:
-        return shlex.split(self.template.format(**values))
+    def values(self, config: Config, size: int, mpiexec: str = "mpiexec") -> dict[str, str]:
+        return {
+            "ranks": str(config.ranks),
+            "threads": str(config.threads),
+            "size": str(size),
+            self.knob: str(config.tile),
+            "python": sys.executable,
+            "mpiexec": mpiexec,
+        }
+
+    def argv(self, values: dict[str, Any]) -> list[str]:
+        """The command's words; under the MPI launcher, without the launcher's own words."""
+        return shlex.split(fill(self.template, {k: str(v) for k, v in values.items()}, quote=True))
+
+    def environment(self, values: dict[str, str]) -> dict[str, str]:
+        return {name: fill(value, values, quote=False) for name, value in self.env}
 
 
-def check_template(template: str) -> None:
+def check_template(template: str, accepted: tuple[str, ...] = PLACEHOLDERS) -> None:
     """Raise ValueError if the template is empty, malformed or uses an unknown placeholder."""
     if not template.strip():
         raise ValueError("the command template is empty")
     try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        found = template_fields(template)
     except ValueError as error:
         raise ValueError(f"malformed command template {template!r}: {error}") from None
-    unknown = sorted(f for f in fields if f not in PLACEHOLDERS)
+    fields = {name for name, _, _ in found}
+    unknown = sorted(f for f in fields if f not in accepted)
     if unknown or "" in fields:
         raise ValueError(
             f"command template uses unknown placeholder(s) {unknown or ['{}']}; "
-            f"accepted: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+            f"accepted: {', '.join('{' + p + '}' for p in accepted)}"
+        )
+    styled = sorted({"{" + n + (f"!{c}" if c else "") + (f":{s}" if s else "") + "}"
+                     for n, s, c in found if s or c})  # fmt: skip
+    if styled:
+        raise ValueError(
+            f"command template formats a placeholder ({', '.join(styled)}); write the bare "
+            "placeholder, e.g. {size}"
         )
 
 
@@ -69,7 +155,7 @@ def command_workload(
     *,
     tiles: tuple[int, ...] = (1,),
     sizes: tuple[int, ...] = (1,),
-    work: Any = None,
+    work: Callable[[int], Work] | None = None,
     description: str = "",
 ) -> CommandWorkload:
     """Build (not register) a workload that runs `template` and reads `runtime_s=` from it."""

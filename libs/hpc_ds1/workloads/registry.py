@@ -1,12 +1,19 @@
-"""The workload registry: built-ins, `register()` calls and the `hpc_ds1.workloads` entry points."""
+"""The workload registry: built-ins, `register()` calls, the `hpc_ds1.workloads` entry points and
+TOML workload files (discovery.py says where they are found).
+
+A plug-in or a file never replaces a built-in, nor another's workload: the later one is refused,
+and its error is kept (`load_errors()`) and shown when its name is asked for."""
 
 from __future__ import annotations
 
 import importlib
 import threading
 from importlib.metadata import entry_points
+from pathlib import Path
 
+from hpc_ds1.workloads import discovery
 from hpc_ds1.workloads.base import Workload
+from hpc_ds1.workloads.tomlfile import WorkloadFileError, load_workload_file
 
 ENTRY_POINT_GROUP = "hpc_ds1.workloads"
 BUILTIN_MODULES = (
@@ -18,6 +25,10 @@ BUILTIN_MODULES = (
 
 _lock = threading.Lock()
 _registry: dict[str, Workload] = {}
+_sources: dict[str, str] = {}  # name -> "built-in", "plug-in <entry point>" or a file's path
+_errors: dict[str, str] = {}  # a plug-in or file that could not be loaded -> why
+_homes: set[Path] = set()
+_pending: list[Path] = []  # homes given by use_home, not read yet
 _loaded = False
 
 
@@ -43,6 +54,7 @@ def register(workload: Workload, *, replace: bool = False) -> Workload:
 def unregister(name: str) -> None:
     with _lock:
         _registry.pop(name, None)
+        _sources.pop(name, None)
 
 
 def _load() -> None:
@@ -51,31 +63,114 @@ def _load() -> None:
         return
     _loaded = True
     for module in BUILTIN_MODULES:
-        register(importlib.import_module(module).WORKLOAD, replace=True)
+        _sources[register(importlib.import_module(module).WORKLOAD, replace=True).name] = "built-in"
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        loaded = ep.load()
-        workload = loaded() if callable(loaded) and not isinstance(loaded, Workload) else loaded
-        if isinstance(workload, Workload) and workload.name not in _registry:
-            register(workload)
+        where = f"plug-in {ep.name} = {ep.value}"
+        try:
+            loaded = ep.load()
+            workload = loaded() if callable(loaded) and not isinstance(loaded, Workload) else loaded
+        except Exception as error:  # a broken plug-in must not hide every other workload
+            _errors[where] = f"cannot load: {type(error).__name__}: {error}"
+            continue
+        if not isinstance(workload, Workload):
+            _errors[where] = f"gives a {type(workload).__name__}, not a Workload"
+        elif workload.name in _registry and _registry[workload.name] is not workload:
+            _errors[where] = f"its name {workload.name!r} is taken by {_source(workload.name)}"
+        else:
+            _sources[register(workload).name] = where
+    _homes.add(discovery.default_home())
+    for path in discovery.workload_files(discovery.default_home()):
+        _load_quietly(path)
+
+
+def _source(name: str) -> str:
+    source = _sources.get(name, "register()")
+    return f"the built-in workload {name}" if source == "built-in" else source
+
+
+def _load_quietly(path: Path) -> None:
+    try:
+        load_file(path)
+    except WorkloadFileError as error:
+        _errors[str(path)] = str(error)
+
+
+def load_file(path: str | Path) -> Workload:
+    """Register the workload a TOML file declares (WorkloadFileError if the file is not valid
+    or its name is taken by a built-in, a plug-in or another file). Loading the same file
+    again reads it afresh."""
+    _load()
+    workload = load_workload_file(path)
+    source = workload.source
+    with _lock:
+        current = _sources.get(workload.name)
+        if workload.name in _registry and current != source:
+            taken = _source(workload.name)
+            raise WorkloadFileError(
+                f"{source}: [workload] name: {workload.name!r} is taken by {taken}; "
+                "choose another name"
+            )
+        _registry[workload.name] = workload
+        _sources[workload.name] = source
+        _errors.pop(source, None)
+    return workload
+
+
+def use_home(home: str | Path) -> None:
+    """Also load the workload files of `home` (its workloads/ folder): a command given --home.
+    Cheap: the files are read when a workload is first looked up."""
+    folder = Path(home).expanduser().resolve()
+    with _lock:
+        if folder not in _homes:
+            _homes.add(folder)
+            _pending.append(folder)
+
+
+def _scan_pending() -> None:
+    while _pending:
+        folder = _pending.pop(0)
+        for path in discovery.home_files(folder):
+            if str(path) not in _sources.values():
+                _load_quietly(path)
+
+
+def source_of(name: str) -> str:
+    """Where a workload comes from: "built-in", "plug-in <entry point>", a file, "register()"."""
+    _load()
+    get_workload(name)
+    return _sources.get(name, "register()")
+
+
+def load_errors() -> dict[str, str]:
+    """Plug-ins and workload files that could not be loaded, with why."""
+    _load()
+    _scan_pending()
+    return dict(_errors)
 
 
 def list_workloads() -> list[str]:
     _load()
+    _scan_pending()
     return sorted(_registry)
 
 
 def get_workload(name: str) -> Workload:
     _load()
+    _scan_pending()
     try:
         return _registry[name]
     except KeyError:
         known = ", ".join(sorted(_registry))
-        raise UnknownWorkload(f"unknown workload {name!r}; known workloads: {known}") from None
+        broken = "".join(f"; not loaded: {why}" for why in _errors.values())
+        raise UnknownWorkload(
+            f"unknown workload {name!r}; known workloads: {known}{broken}"
+        ) from None
 
 
 def resolve(name: str, module: str = "") -> Workload:
     """Find a workload in a fresh process: registry first, then by importing its module."""
     _load()
+    _scan_pending()
     if name not in _registry and module:
         mod = importlib.import_module(module)
         if name not in _registry:

@@ -1,0 +1,401 @@
+"""A user's application as a workload, declared in a TOML file (docs/plugins.md):
+
+    [workload]
+    name = "heat"
+    command = "./heat --n {size} --block {block}"
+    launcher = "mpi"                        # mpiexec -n {ranks} <command>; "none": its own
+    env = { OMP_NUM_THREADS = "{threads}" } # the default
+    sizes = [256, 512, 1024]
+    held_out = [384, 768]
+    [knobs.block]                           # at most one: the space's tile dimension
+    values = [16, 32, 64]
+    default = 32
+    [check]                                 # exit_code = true | regex = "..." | command = "..."
+    regex = "residual=([0-9.eE+-]+)"
+    max_error = 1e-6
+    [runtime]                               # one of wall = true (the default) | regex = "..."
+    regex = "time=([0-9.eE+-]+)"
+
+Every error names the file, the field, what was wrong and what is accepted."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hpc_ds1.workloads.base import Work
+from hpc_ds1.workloads.command import (
+    DEFAULT_ENV,
+    CheckSpec,
+    CommandWorkload,
+    RuntimeSpec,
+    _no_memory,
+    _no_prepare,
+    check_template,
+    template_fields,
+)
+
+NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # as requests.WorkloadName accepts
+KNOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BASE_PLACEHOLDERS = ("ranks", "threads", "size", "python", "mpiexec")
+CHECK_PLACEHOLDERS = ("output",)  # the check command's: a file holding the run's output
+SECTIONS = {"workload": True, "knobs": False, "check": True, "runtime": False, "work": False}
+WORKLOAD_KEYS = (
+    "name", "description", "command", "launcher", "env", "sizes", "held_out", "warmup", "workdir",
+)  # fmt: skip
+LAUNCHERS = ("mpi", "none")
+
+
+class WorkloadFileError(ValueError):
+    """A workload file that cannot be used; the message names the file and the field."""
+
+
+class _Where:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, field: str, problem: str) -> WorkloadFileError:
+        return WorkloadFileError(f"{self.path}: {field}: {problem}")
+
+
+def _table(where: _Where, data: Mapping[str, Any], key: str, accepted: tuple[str, ...]) -> Any:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise where.fail(f"[{key}]", f"must be a table, not {type(value).__name__}")
+    unknown = sorted(set(value) - set(accepted))
+    if unknown:
+        raise where.fail(f"[{key}]", f"unknown key(s) {unknown}; accepted: {', '.join(accepted)}")
+    return value
+
+
+def _string(where: _Where, table: Mapping[str, Any], field: str, key: str, default: Any) -> Any:
+    value = table.get(key, default)
+    if value is not default and not isinstance(value, str):
+        raise where.fail(f"{field}.{key}", f"must be a string, not {value!r}")
+    return value
+
+
+def _sizes(where: _Where, field: str, value: Any, required: bool) -> tuple[int, ...]:
+    if value is None and not required:
+        return ()
+    if (
+        not isinstance(value, list)
+        or (required and not value)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        need = "a non-empty" if required else "a"
+        raise where.fail(field, f"must be {need} list of positive integers, not {value!r}")
+    if any(b <= a for a, b in itertools.pairwise(value)):
+        raise where.fail(field, f"sizes must be strictly increasing, not {value}")
+    return tuple(value)
+
+
+def _knob(where: _Where, data: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...], int]:
+    knobs = data.get("knobs", {})
+    if not isinstance(knobs, dict):
+        raise where.fail("[knobs]", "must be a table of knobs, e.g. [knobs.block]")
+    if len(knobs) > 1:
+        raise where.fail(
+            "[knobs]",
+            f"declares {len(knobs)} knobs ({', '.join(sorted(knobs))}); at most one is accepted: "
+            "the configuration space has one workload-specific dimension (the tile, moved by "
+            "TILE_UP/TILE_DOWN), besides ranks and threads",
+        )
+    if not knobs:
+        return None, (1,), 1
+    ((name, knob),) = knobs.items()
+    field = f"[knobs.{name}]"
+    if not KNOB_NAME.match(name) or name in (*BASE_PLACEHOLDERS, *CHECK_PLACEHOLDERS, "tile"):
+        raise where.fail(
+            field,
+            "a knob's name must be an identifier (letters, digits, '_'; at most 32) other than "
+            f"{', '.join((*BASE_PLACEHOLDERS, *CHECK_PLACEHOLDERS, 'tile'))}",
+        )
+    knob = _table(where, knobs, name, ("values", "default"))
+    values = knob.get("values")
+    if (
+        not isinstance(values, list)
+        or not values
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+        or len(set(values)) != len(values)
+    ):
+        raise where.fail(
+            f"{field} values",
+            f"must be a non-empty list of distinct positive integers, not {values!r}",
+        )
+    ordered = tuple(sorted(values))
+    default = knob.get("default", ordered[(len(ordered) - 1) // 2])
+    if default not in ordered or isinstance(default, bool):
+        raise where.fail(
+            f"{field} default", f"{default!r} is not one of the values {list(ordered)}"
+        )
+    return name, ordered, int(default)
+
+
+def _regex(where: _Where, field: str, pattern: Any, groups: tuple[int, ...]) -> str:
+    if not isinstance(pattern, str) or not pattern:
+        raise where.fail(field, f"must be a non-empty regular expression string, not {pattern!r}")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as error:
+        raise where.fail(field, f"{pattern!r} is not a valid regular expression: {error}") from None
+    if compiled.groups not in groups:
+        accepted = " or ".join(str(g) for g in groups)
+        raise where.fail(
+            field, f"{pattern!r} has {compiled.groups} capture group(s); accepted: {accepted}"
+        )
+    return pattern
+
+
+def _one_of(where: _Where, section: str, table: Mapping[str, Any], kinds: tuple[str, ...]) -> str:
+    given = [k for k in kinds if k in table]
+    if len(given) != 1:
+        raise where.fail(
+            f"[{section}]",
+            f"give exactly one of {' | '.join(kinds)}"
+            + (f"; it gives {', '.join(given)}" if given else ""),
+        )
+    return given[0]
+
+
+def _check(where: _Where, data: Mapping[str, Any], placeholders: tuple[str, ...]) -> CheckSpec:
+    if "check" not in data:
+        raise where.fail(
+            "[check]",
+            'missing: say how a run\'s answer is checked: exit_code = true, regex = "..." '
+            '(optionally with max_error), or command = "..."',
+        )
+    table = _table(where, data, "check", ("exit_code", "regex", "max_error", "command"))
+    kind = _one_of(where, "check", table, ("exit_code", "regex", "command"))
+    if "max_error" in table and kind != "regex":
+        raise where.fail("[check] max_error", "is accepted only with regex")
+    if kind == "exit_code":
+        if table["exit_code"] is not True:
+            raise where.fail("[check] exit_code", "accepted: true (a non-zero exit always fails)")
+        return CheckSpec("exit_code")
+    if kind == "command":
+        command = _string(where, table, "[check]", "command", None)
+        accepted = (*placeholders, *CHECK_PLACEHOLDERS)
+        try:
+            check_template(command, accepted)
+        except ValueError as error:
+            raise where.fail("[check] command", str(error)) from None
+        return CheckSpec("command", command=command)
+    pattern = _regex(where, "[check] regex", table["regex"], (0, 1))
+    limit = table.get("max_error")
+    if re.compile(pattern).groups == 1:
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit >= 0:
+            raise where.fail(
+                "[check] max_error",
+                f"a regex with a capture group reads an error: give max_error, a number >= 0 "
+                f"(every match must be at most it), not {limit!r}",
+            )
+        return CheckSpec("regex", pattern=pattern, max_error=float(limit))
+    if limit is not None:
+        raise where.fail(
+            "[check] max_error", "needs a regex with one capture group (the error to compare)"
+        )
+    return CheckSpec("regex", pattern=pattern)
+
+
+def _runtime(where: _Where, data: Mapping[str, Any]) -> RuntimeSpec:
+    if "runtime" not in data:
+        return RuntimeSpec("wall")
+    table = _table(where, data, "runtime", ("wall", "regex", "combine"))
+    kind = _one_of(where, "runtime", table, ("wall", "regex"))
+    combine = table.get("combine", "max")
+    if combine not in ("max", "last"):
+        raise where.fail(
+            "[runtime] combine", f"{combine!r}; accepted: max (the slowest rank's), last"
+        )
+    if kind == "wall":
+        if table["wall"] is not True:
+            raise where.fail("[runtime] wall", "accepted: true")
+        if "combine" in table:
+            raise where.fail("[runtime] combine", "is accepted only with regex")
+        return RuntimeSpec("wall")
+    return RuntimeSpec("regex", _regex(where, "[runtime] regex", table["regex"], (1,)), combine)
+
+
+def _power_law(where: _Where, field: str, value: Any) -> tuple[float, float]:
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"scale", "power"}
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value.values())
+        or value["scale"] < 0
+    ):
+        raise where.fail(
+            field,
+            f"must be {{ scale = <number >= 0>, power = <number> }} (scale x size^power), "
+            f"not {value!r}",
+        )
+    return float(value["scale"]), float(value["power"])
+
+
+def _work(where: _Where, data: Mapping[str, Any]) -> tuple[Callable[[int], Work], str]:
+    table = _table(where, data, "work", ("flops", "bytes", "memory"))
+    laws = {k: _power_law(where, f"[work] {k}", v) for k, v in table.items()}
+
+    def amount(key: str, size: int) -> float:
+        scale, power = laws.get(key, (0.0, 0.0))
+        return scale * float(size) ** power
+
+    def work(size: int) -> Work:
+        return Work(
+            flops=amount("flops", size),
+            bytes_moved=amount("bytes", size),
+            memory_bytes=int(amount("memory", size)),
+            items=float(size),
+        )
+
+    unit = "GB/s" if "bytes" in laws and "flops" not in laws else "GFLOP/s"
+    return work, unit
+
+
+def _env(where: _Where, table: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    env = table.get("env")
+    if env is None:
+        return DEFAULT_ENV
+    if not isinstance(env, dict):
+        raise where.fail("[workload] env", f"must be a table of strings, not {env!r}")
+    out = []
+    for name, value in env.items():
+        if not ENV_NAME.match(name) or name.upper().startswith("HPC_DS1_"):
+            raise where.fail(
+                f"[workload] env.{name}",
+                "a variable name is letters, digits and '_', not starting with a digit, and "
+                "not HPC_DS1_* (this service's own settings)",
+            )
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise where.fail(f"[workload] env.{name}", f"must be a string, not {value!r}")
+        out.append((name, str(value)))
+    return tuple(out)
+
+
+def _templates(
+    where: _Where, command: str, env: tuple[tuple[str, str], ...], accepted: tuple[str, ...]
+) -> set[str]:
+    """Every placeholder the command and env use (ValueError on an unknown one)."""
+    try:
+        check_template(command, accepted)
+    except ValueError as error:
+        raise where.fail("[workload] command", str(error)) from None
+    used = {name for name, _, _ in template_fields(command)}
+    for name, value in env:
+        try:
+            fields = template_fields(value)
+        except ValueError as error:
+            raise where.fail(f"[workload] env.{name}", f"malformed template: {error}") from None
+        unknown = sorted({f for f, _, _ in fields} - set(accepted))
+        if unknown or any(s or c for _, s, c in fields):
+            raise where.fail(
+                f"[workload] env.{name}",
+                f"{value!r}: unknown or formatted placeholder(s) {unknown}; accepted: "
+                + ", ".join("{" + p + "}" for p in accepted),
+            )
+        used |= {f for f, _, _ in fields}
+    return used
+
+
+def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload:
+    """The workload a parsed TOML document declares (WorkloadFileError if it is not valid)."""
+    where = _Where(path)
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise where.fail(
+            "file",
+            f"unknown section(s) {unknown}; accepted: {', '.join(f'[{s}]' for s in SECTIONS)}",
+        )
+    if "workload" not in data:
+        raise where.fail("[workload]", "missing: the file must declare [workload] with a name")
+    table = _table(where, data, "workload", WORKLOAD_KEYS)
+    name = table.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise where.fail(
+            "[workload] name", f"{name!r}; accepted: 1-64 letters, digits, '_', '-' or '.'"
+        )
+    command = _string(where, table, "[workload]", "command", None)
+    if command is None:
+        raise where.fail("[workload] command", "missing: the command line to run, a template")
+    launcher = table.get("launcher", "mpi")
+    if launcher not in LAUNCHERS:
+        raise where.fail(
+            "[workload] launcher",
+            f'{launcher!r}; accepted: "mpi" (run under mpiexec -n {{ranks}}) or "none" '
+            "(the command launches itself, using {ranks})",
+        )
+    knob, tiles, default_tile = _knob(where, data)
+    accepted = (*BASE_PLACEHOLDERS, *((knob,) if knob else ()))
+    env = _env(where, table)
+    used = _templates(where, command, env, accepted)
+    unused = [p for p in ("threads", *((knob,) if knob else ())) if p not in used]
+    if launcher == "none" and "ranks" not in used:
+        unused.insert(0, "ranks")
+    if unused:
+        raise where.fail(
+            "[workload] command",
+            f"neither the command nor env uses {', '.join('{' + p + '}' for p in unused)}: its "
+            'moves would change nothing (launcher "mpi" supplies the ranks; env '
+            'OMP_NUM_THREADS = "{threads}" the threads)',
+        )
+    sizes = _sizes(where, "[workload] sizes", table.get("sizes"), required=True)
+    held_out = _sizes(where, "[workload] held_out", table.get("held_out"), required=False)
+    both = sorted(set(sizes) & set(held_out))
+    if both:
+        raise where.fail(
+            "[workload] held_out",
+            f"{both} are training sizes too; held-out sizes are never trained on",
+        )
+    warmup = table.get("warmup", True)
+    if not isinstance(warmup, bool):
+        raise where.fail("[workload] warmup", f"accepted: true or false, not {warmup!r}")
+    description = _string(where, table, "[workload]", "description", "")
+    workdir = _string(where, table, "[workload]", "workdir", "")
+    base = path.parent.resolve()
+    folder = (base / workdir).resolve() if workdir else base
+    if not folder.is_dir():
+        raise where.fail("[workload] workdir", f"{folder} is not a directory")
+    work, unit = _work(where, data)
+    return CommandWorkload(
+        name=name,
+        description=description or f"{command} (from {path.name})",
+        prepare=_no_prepare,
+        work=work,
+        memory=_no_memory,
+        sizes=sizes,
+        held_out=held_out,
+        tiles=tiles,
+        default_tile=default_tile,
+        throughput_unit=unit,  # type: ignore[arg-type]
+        item_name="size units",
+        min_size_per_rank=0,
+        module="hpc_ds1.workloads.command",
+        template=command,
+        launcher=launcher,
+        env=env,
+        knob=knob or "tile",
+        runtime=_runtime(where, data),
+        check=_check(where, data, accepted),
+        warmup=warmup,
+        workdir=str(folder),
+        source=str(path),
+    )
+
+
+def load_workload_file(path: str | Path) -> CommandWorkload:
+    """Read and validate one workload file (WorkloadFileError saying what is wrong)."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise WorkloadFileError(f"{path}: cannot read the workload file: {error}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise WorkloadFileError(f"{path}: not valid TOML: {error}") from None
+    return parse_workload(data, path.resolve())
