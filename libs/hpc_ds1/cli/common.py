@@ -29,6 +29,9 @@ def load_settings(quiet: bool = False, **overrides: Any) -> Settings:
         raise UsageError(f"invalid settings: {problems}") from None
     level = "warning" if quiet and "HPC_DS1_LOG_LEVEL" not in os.environ else settings.log_level
     log.configure(level, settings.log_json)
+    from ..workloads import use_home
+
+    use_home(settings.home)  # its workloads/*.toml: a --home is not $HPC_DS1_HOME
     return settings
 
 
