@@ -15,7 +15,7 @@ from hpc_ds1.events import (
     SessionStarted,
     SessionStepRun,
 )
-from hpc_ds1.runner import is_faster
+from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule, Sample, Verdict, geometric_mean, judge
 from hpc_ds1.space import STOP
 
 MAX_MISSES = 2
@@ -35,6 +35,7 @@ class PendingMove:
     approved: bool = False  # auto moves count as approved
     rejected: bool = False
     run: SessionStepRun | None = None  # the step's run, once recorded
+    race: tuple[SessionStepRun, ...] = ()  # re-runs of incumbent and candidate, in order
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class SessionState:
     best_config: dict[str, Any] | None = None
     best_runtime_s: float | None = None
     best_spread: float | None = None
+    best_runs: tuple[Sample, ...] = ()  # every run of the best configuration (the keep rule's)
     misses: int = 0
     tried: frozenset[tuple[str, str]] = frozenset()  # (config key, move) already proposed
     pending: PendingMove | None = None
@@ -91,7 +93,10 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
                 best_config=event.config if ok else None,
                 best_runtime_s=event.runtime_s if ok else None,
                 best_spread=event.spread if ok else None,
+                best_runs=_samples([event]) if ok else (),
             )
+        if state.pending is not None and event.race is not None:
+            return replace(state, pending=replace(state.pending, race=(*state.pending.race, event)))
         if state.pending is not None:
             return replace(state, pending=replace(state.pending, run=event))
         return state
@@ -116,8 +121,10 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
             pending=_after_verdict(state.pending, event.approved),
         )
     if isinstance(event, SessionMoveResolved):
-        run = state.pending.run if state.pending else None
+        was = state.pending
+        run = was.run if was else None
         if event.kept:
+            candidate = _samples([run, *_raced(was, "candidate")]) if was and run else ()
             return replace(
                 state,
                 pending=None,
@@ -125,8 +132,13 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
                 best_config=event.config,
                 best_runtime_s=event.runtime_s,
                 best_spread=run.spread if run else None,
+                best_runs=candidate,
             )
-        return replace(state, pending=None, misses=event.misses_in_a_row)
+        # the incumbent's re-runs stay its evidence
+        more = _samples(_raced(was, "incumbent")) if was else ()
+        return replace(
+            state, pending=None, misses=event.misses_in_a_row, best_runs=state.best_runs + more
+        )
     if isinstance(event, SessionFinished):
         return replace(
             state, status="finished", finish_reason=event.reason, pending=None, awaiting=None
@@ -151,15 +163,54 @@ def replay(events: list[tuple[int, Event]]) -> SessionState:
     return state
 
 
-def resolve(state: SessionState, run: SessionStepRun) -> tuple[bool, int]:
-    """Keep the move when its run is faster than the best by more than the measured noise."""
-    kept = (
-        run.status == "ok"
-        and run.runtime_s is not None
-        and state.best_runtime_s is not None
-        and is_faster(run.runtime_s, run.spread, state.best_runtime_s, state.best_spread)
+def _samples(runs: Any) -> tuple[Sample, ...]:
+    return tuple(
+        Sample(r.runtime_s, r.spread)
+        for r in runs
+        if r is not None and r.status == "ok" and r.runtime_s is not None and r.runtime_s > 0
     )
-    return kept, 0 if kept else state.misses + 1
+
+
+def _raced(pending: PendingMove, role: str) -> list[SessionStepRun]:
+    return [r for r in pending.race if r.race == role]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What the keep rule says of the pending move's runs so far."""
+
+    kept: bool
+    misses: int  # misses in a row after this move (a within-noise revert leaves them as they were)
+    race: Literal["incumbent", "candidate"] | None  # the next run the race needs; None: decided
+    runtime_s: float | None  # the candidate's runtime: geometric mean of its runs
+    verdict: Verdict | None  # None: the candidate failed (or there is no incumbent)
+
+
+def resolve(state: SessionState, rule: KeepRule = DEFAULT_RULE) -> Resolution:
+    """Keep the move when P(candidate faster) reaches the rule's confidence, from every run of
+    the incumbent (the best so far) and of the candidate; race an ambiguous one, a pair at a
+    time, incumbent first; a failed or clearly slower candidate is a miss, a within-noise one
+    is not (runner/keep.py)."""
+    pending = state.pending
+    assert pending is not None and pending.run is not None, "no run to resolve"
+    run = pending.run
+    inc_runs, cand_runs = _raced(pending, "incumbent"), _raced(pending, "candidate")
+    if len(inc_runs) > len(cand_runs):
+        return Resolution(False, state.misses, "candidate", None, None)  # finish the pair
+    known = state.best_runs
+    if not known and state.best_runtime_s:
+        known = (Sample(state.best_runtime_s, state.best_spread),)  # a log from before best_runs
+    incumbent = known + _samples(inc_runs)
+    candidate = _samples([run, *cand_runs])
+    if run.status != "ok" or not candidate or not incumbent:
+        return Resolution(False, state.misses + 1, None, run.runtime_s, None)
+    verdict = judge(incumbent, candidate, len(cand_runs), rule)
+    runtime = geometric_mean(candidate)
+    if verdict.outcome == "race":
+        return Resolution(False, state.misses, "incumbent", runtime, verdict)
+    if verdict.kept:
+        return Resolution(True, 0, None, runtime, verdict)
+    return Resolution(False, state.misses + (1 if verdict.miss else 0), None, runtime, verdict)
 
 
 def choose_move(

@@ -298,21 +298,51 @@ class SessionRunner:
         s = self.state
         assert s.pending is not None and s.pending.run is not None
         run = s.pending.run
-        kept, misses = resolve(s, run)
+        r = resolve(s)
+        if r.race is not None:
+            await self.run_race(r.race)
+            return
         await self.append(
             SessionMoveResolved(
                 session_id=self.session_id,
                 step=s.pending.step,
                 move=s.pending.move,
-                kept=kept,
+                kept=r.kept,
                 config=run.config,
-                runtime_s=run.runtime_s,
+                runtime_s=r.runtime_s,
                 best_runtime_s=s.best_runtime_s,
-                misses_in_a_row=misses,
+                misses_in_a_row=r.misses,
+                p_faster=r.verdict.p_faster if r.verdict else None,
+                within_noise=bool(r.verdict and r.verdict.within_noise),
             )
         )
+        misses = r.misses
         if misses >= MAX_MISSES:
-            await self.finish("two_misses", f"{MAX_MISSES} moves in a row were not faster")
+            await self.finish(
+                "two_misses", f"{MAX_MISSES} moves in a row were slower beyond the noise or failed"
+            )
+
+    async def run_race(self, role: Literal["incumbent", "candidate"]) -> None:
+        """One re-run of an ambiguous move's race: the best so far, or the move's candidate."""
+        s = self.state
+        assert s.pending is not None and s.pending.run is not None and s.best_config is not None
+        config = Config.model_validate(
+            s.best_config if role == "incumbent" else s.pending.run.config
+        )
+        result, measurement_id = await self.run_on_agent(config)
+        await self.append(
+            SessionStepRun(
+                session_id=self.session_id,
+                step=s.pending.step,
+                move=s.pending.move,
+                config=config.model_dump(),
+                status=result["status"],
+                runtime_s=result.get("runtime_s"),
+                spread=result.get("spread"),
+                measurement_id=measurement_id,
+                race=role,
+            )
+        )
 
     async def finish(self, reason: str, detail: str) -> None:
         s = self.state

@@ -6,6 +6,7 @@ proposal, STOP included, so the figures measure the model's own moves."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 from hpc_ds1.events import SessionMoveDecided, SessionMoveResolved, SessionStarted, SessionStepRun
 from hpc_ds1.model.schema import State, Thresholds
 from hpc_ds1.runner import is_faster
+from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.services.coordinator.domain import (
     MAX_MISSES,
     SessionState,
@@ -75,6 +77,22 @@ def _step_run(cell: Cell, step: int, move: str | None, config: Config) -> Sessio
     )
 
 
+def rerun(
+    cell: Cell, config: Config, k: int, seed: int, sigma_floor: float = DEFAULT_RULE.sigma_floor
+) -> tuple[float, float | None] | None:
+    """The k-th re-run (k >= 1) of a measured configuration while the keep rule races: the
+    landscape holds one measured median per configuration, so a re-run is modelled as that
+    median times exp(sigma * z), sigma its measured spread (at least the rule's floor), z a
+    standard normal drawn from (seed, workload, size, configuration, k) alone; every policy and
+    every rule sees the same k-th re-run. None for a failed configuration."""
+    point = cell.points.get(config)
+    if point is None:
+        return None
+    z = random.Random(f"{seed}:{cell.workload}:{cell.size}:{config.label()}:{k}").gauss(0.0, 1.0)
+    sigma = max(point.spread or 0.0, sigma_floor)
+    return point.runtime_s * math.exp(sigma * z), point.spread
+
+
 class Decider(Protocol):
     """What a session asks for its next move: a Model, or out-of-fold predictions in training."""
 
@@ -84,9 +102,17 @@ class Decider(Protocol):
 
 
 def model_session(
-    model: Decider, cell: Cell, start: Config, space: ConfigSpace, thresholds: Thresholds
+    model: Decider,
+    cell: Cell,
+    start: Config,
+    space: ConfigSpace,
+    thresholds: Thresholds,
+    *,
+    rule: KeepRule = DEFAULT_RULE,
+    seed: int = 0,
 ) -> SessionOutcome:
-    """One change at a time from `start`, as the coordinator runs a session."""
+    """One change at a time from `start`, as the coordinator runs a session, with the
+    coordinator's keep rule; a race's re-runs come from `rerun` (seeded)."""
     started = SessionStarted(
         session_id=REPLAY_ID,
         device_id=model.device_id,
@@ -97,8 +123,10 @@ def model_session(
     s = evolve(SessionState(), 1, started)
     s = evolve(s, 2, _step_run(cell, 0, None, start))
     ran = [start]
+    reruns: dict[Config, int] = {}
     engineer, finish = 0, "max_runs"
-    limit = 4 * len(space.configs())  # a bound only: choose_move never repeats a move
+    # a bound only: choose_move never repeats a move, and a move races at most max_pairs pairs
+    limit = (2 + 2 * rule.max_pairs) * len(space.configs())
     while s.runs < limit:
         assert s.best_config is not None and s.best_runtime_s is not None
         best = Config.model_validate(s.best_config)
@@ -141,7 +169,27 @@ def model_session(
         run = _step_run(cell, step, move, target)
         ran.append(target)
         s = evolve(s, s.version + 1, run)
-        kept, misses = resolve(s, run)
+        r = resolve(s, rule)
+        while r.race is not None:
+            config = best if r.race == "incumbent" else target
+            reruns[config] = reruns.get(config, 0) + 1
+            again = rerun(cell, config, reruns[config], seed, rule.sigma_floor)
+            ran.append(config)
+            s = evolve(
+                s,
+                s.version + 1,
+                SessionStepRun(
+                    session_id=REPLAY_ID,
+                    step=step,
+                    move=move,
+                    config=config.model_dump(),
+                    status="ok" if again else "failed",
+                    runtime_s=again[0] if again else None,
+                    spread=again[1] if again else None,
+                    race=r.race,
+                ),
+            )
+            r = resolve(s, rule)
         s = evolve(
             s,
             s.version + 1,
@@ -149,14 +197,16 @@ def model_session(
                 session_id=REPLAY_ID,
                 step=step,
                 move=move,
-                kept=kept,
+                kept=r.kept,
                 config=target.model_dump(),
-                runtime_s=run.runtime_s,
+                runtime_s=r.runtime_s,
                 best_runtime_s=s.best_runtime_s,
-                misses_in_a_row=misses,
+                misses_in_a_row=r.misses,
+                p_faster=r.verdict.p_faster if r.verdict else None,
+                within_noise=bool(r.verdict and r.verdict.within_noise),
             ),
         )
-        if misses >= MAX_MISSES:
+        if r.misses >= MAX_MISSES:
             finish = "two_misses"
             break
     final = Config.model_validate(s.best_config)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpc_ds1.model import Measurement, Model, Thresholds, aggregate, train
+from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.space import Config
 
 from . import decisions as dc
@@ -258,7 +259,12 @@ def _budget(model_runs: Sequence[int]) -> int:
 
 
 def _replay_sessions(
-    model: Model, cells: Sequence[Cell], thresholds: Thresholds, seed: int, progress: Progress
+    model: Model,
+    cells: Sequence[Cell],
+    thresholds: Thresholds,
+    seed: int,
+    progress: Progress,
+    rule: KeepRule = DEFAULT_RULE,
 ) -> list[pol.SessionOutcome]:
     starts = {id(c): sorted(c.points, key=Config.label) for c in cells}
     total = 2 * sum(len(s) for s in starts.values())
@@ -267,7 +273,9 @@ def _replay_sessions(
     for cell in cells:
         space = model.space_for(cell.workload)
         for start in starts[id(cell)]:
-            outcomes.append(pol.model_session(model, cell, start, space, thresholds))
+            outcomes.append(
+                pol.model_session(model, cell, start, space, thresholds, rule=rule, seed=seed)
+            )
             outcomes.append(pol.greedy_session(cell, start, space))
             outcomes.append(pol.exhaustive_session(cell, start, space))
             done += 1

@@ -144,6 +144,11 @@ class SessionStepRun(Event):
     runtime_s: float | None = None
     spread: float | None = None
     measurement_id: str | None = None
+    race: Literal["incumbent", "candidate"] | None = Field(
+        default=None,
+        description="A re-run while the keep rule races an ambiguous move: of the incumbent "
+        "(the best so far) or of the move's candidate configuration.",
+    )
 
 
 class SessionMoveDecided(Event):
@@ -164,7 +169,7 @@ class SessionMoveDecided(Event):
 
 
 class SessionMoveResolved(Event):
-    """A tried move kept (faster by more than the noise) or reverted (slower or failing)."""
+    """A tried move kept (P(faster) at least the keep rule's confidence) or reverted."""
 
     aggregate = "session"
     name = "move_resolved"
@@ -178,6 +183,12 @@ class SessionMoveResolved(Event):
     runtime_s: float | None = None
     best_runtime_s: float | None = Field(default=None, description="Best before this step.")
     misses_in_a_row: int = Field(ge=0)
+    p_faster: float | None = Field(
+        default=None, ge=0, le=1, description="P(the candidate is faster), by the keep rule."
+    )
+    within_noise: bool = Field(
+        default=False, description="Reverted, but not slower beyond the noise: not a miss."
+    )
 
 
 class SessionPaused(Event):

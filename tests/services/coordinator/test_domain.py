@@ -43,16 +43,53 @@ def decided(
     )
 
 
-def test_a_faster_move_beyond_the_noise_is_kept_and_a_lucky_one_is_not() -> None:
-    state = replay(started())
+def with_run(run: SessionStepRun, *more: SessionStepRun) -> list:
+    events = [*started(), (3, decided(1, "THREADS_UP"))]
+    return events + [(4 + i, r) for i, r in enumerate([run, *more])]
+
+
+def test_a_faster_move_beyond_the_noise_is_kept_a_tie_races_and_a_failure_is_a_miss() -> None:
     faster = SessionStepRun(
         session_id="s", step=1, config=B, status="ok", runtime_s=0.5, spread=0.01
     )
     within_noise = faster.model_copy(update={"runtime_s": 0.99})
     failed = faster.model_copy(update={"status": "wrong_answer", "runtime_s": 0.1})
-    assert resolve(state, faster) == (True, 0)
-    assert resolve(state, within_noise) == (False, 1)
-    assert resolve(state, failed) == (False, 1)
+    kept = resolve(replay(with_run(faster)))
+    assert (kept.kept, kept.misses, kept.race) == (True, 0, None)
+    tie = resolve(replay(with_run(within_noise)))
+    assert (tie.kept, tie.misses, tie.race) == (False, 0, "incumbent")  # race, not a miss
+    lost = resolve(replay(with_run(failed)))
+    assert (lost.kept, lost.misses, lost.race) == (False, 1, None)
+
+
+def test_a_race_runs_incumbent_then_candidate_and_its_runs_decide() -> None:
+    def run(config: dict, runtime: float, race: str | None = None) -> SessionStepRun:
+        return SessionStepRun(
+            session_id="s",
+            step=1,
+            move="THREADS_UP",
+            config=config,
+            status="ok",
+            runtime_s=runtime,
+            spread=0.01,
+            race=race,  # type: ignore[arg-type]
+        )
+
+    first = run(B, 0.985)
+    assert resolve(replay(with_run(first))).race == "incumbent"
+    half = resolve(replay(with_run(first, run(A, 1.0, "incumbent"))))
+    assert half.race == "candidate"  # a pair is finished before it is judged
+    # three pairs in which the candidate is steadily 1.5 % faster: kept
+    pairs = [run(A, 1.0, "incumbent"), run(B, 0.985, "candidate")] * 3
+    state = replay(with_run(first, *pairs))
+    done = resolve(state)
+    assert done.kept and done.race is None and state.runs == 1 + 1 + 6
+    assert done.runtime_s is not None and abs(done.runtime_s - 0.985) < 1e-9
+    # the same three pairs with no gain: reverted within the noise, not a miss
+    flat = [run(A, 1.0, "incumbent"), run(B, 1.0, "candidate")] * 3
+    tie = resolve(replay(with_run(run(B, 0.995), *flat)))
+    assert not tie.kept and tie.race is None and tie.misses == 0
+    assert tie.verdict is not None and tie.verdict.within_noise
 
 
 def test_misses_count_in_a_row_and_a_kept_move_resets_them() -> None:
@@ -68,8 +105,8 @@ def test_misses_count_in_a_row_and_a_kept_move_resets_them() -> None:
     ]
     state = replay(events)
     assert state.pending is not None and state.pending.run is not None
-    kept, misses = resolve(state, state.pending.run)
-    assert (kept, misses) == (False, 1)
+    r = resolve(state)
+    assert (r.kept, r.misses) == (False, 1)
     events.append(
         (
             5,
