@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import psutil
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 SIMD_FLAGS = (
     "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512dq",
@@ -44,10 +44,19 @@ class Fingerprint(BaseModel):
     mpi_library: str
     numba_version: str
     python_version: str
+    # The allocation's CPUs (hpc_ds1.allocation) when it was taken; None in fingerprints recorded
+    # before it existed. Not part of the device id: the same node in a smaller job is the same
+    # device, and the model's machine features keep the box's `logical_cpus`.
+    usable_cpus: int | None = Field(default=None, ge=1)
 
     @property
     def has_gpu(self) -> bool:
         return bool(self.gpus)
+
+    @property
+    def cpus(self) -> int:
+        """The CPUs a job may use here: the allocation's, else the box's."""
+        return self.usable_cpus or self.logical_cpus
 
 
 def _cpuinfo() -> tuple[str, int, set[str], int]:
@@ -137,8 +146,11 @@ def device_id_of(stable: dict[str, object]) -> str:
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> Fingerprint:
     """This device. The id hashes hardware only: CPU, topology, SIMD, memory size (GiB), caches,
-    GPUs. Software versions are reported beside it but do not change the id."""
+    GPUs. Software versions and the allocation's CPUs are reported beside it but do not change
+    the id."""
     import numba
+
+    from .allocation import detect
 
     model, sockets, flags, cores = _cpuinfo()
     logical = os.cpu_count() or 1
@@ -172,4 +184,5 @@ def fingerprint() -> Fingerprint:
         mpi_library=_mpi_library(),
         numba_version=numba.__version__,
         python_version=platform.python_version(),
+        usable_cpus=detect().usable,
     )

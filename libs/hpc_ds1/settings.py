@@ -86,7 +86,9 @@ class Settings(BaseSettings):
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
-        return value.expanduser().resolve()
+        from .infra.hosthome import resolve_home  # per host on a shared filesystem
+
+        return resolve_home(value.expanduser().resolve())
 
     @field_validator("stream", "subject_prefix")
     @classmethod

@@ -52,9 +52,25 @@ def _powers_of_two(limit: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def counts(limit: int) -> tuple[int, ...]:
+    """Rank or thread counts up to `limit`: the powers of two, and `limit` halved while it
+    stays whole, so a 96-CPU allocation offers 96, 48, 24, 12, 6 and 3 beside 1, 2, 4 ... 64.
+    A power-of-two `limit` gives the powers of two alone (the space of every earlier version).
+    Sorted: the moves step along this list."""
+    limit = max(limit, 1)
+    chain, value = set(), limit
+    while True:
+        chain.add(value)
+        if value % 2:
+            break
+        value //= 2
+    return tuple(sorted(set(_powers_of_two(limit)) | chain))
+
+
 @dataclass(frozen=True)
 class ConfigSpace:
-    """ranks, threads: powers of two; ranks x threads <= max_workers; tiles per workload; gpu
+    """ranks, threads: powers of two and the usable CPUs' halving chain (`counts`);
+    ranks x threads <= max_workers; tiles per workload; gpu
     only when the device has one (one rank per GPU)."""
 
     ranks: tuple[int, ...]
@@ -78,15 +94,16 @@ class ConfigSpace:
 
             wl = workload if isinstance(workload, Workload) else get_workload(str(workload))
             tiles, default_tile = wl.tiles, wl.default_tile
-        space = cls.for_cpus(fp.logical_cpus, tiles, gpus=len(fp.gpus))
+        space = cls.for_cpus(fp.cpus, tiles, gpus=len(fp.gpus))
         return replace(space, default_tile=default_tile)
 
     @classmethod
     def for_cpus(cls, logical_cpus: int, tiles: Sequence[int], gpus: int = 0) -> ConfigSpace:
+        """The space of `logical_cpus` usable CPUs (the allocation's, not the box's)."""
         workers = OVERSUBSCRIPTION * max(logical_cpus, 1)
         return cls(
-            ranks=_powers_of_two(workers),
-            threads=_powers_of_two(max(logical_cpus, 1)),
+            ranks=counts(workers),
+            threads=counts(max(logical_cpus, 1)),
             tiles=tuple(sorted(set(tiles))),
             gpus=gpus,
             max_workers=workers,
@@ -99,8 +116,8 @@ class ConfigSpace:
         workers = 2 * self.max_workers
         return replace(
             self,
-            ranks=_powers_of_two(workers),
-            threads=_powers_of_two(OVERSUBSCRIPTION * cpus),
+            ranks=counts(workers),
+            threads=counts(OVERSUBSCRIPTION * cpus),
             max_workers=workers,
         )
 

@@ -119,7 +119,8 @@ class Model:
         """This device's space (the training device's, or `fingerprint`'s) for `workload`."""
         fp = self.fingerprint if fingerprint is None else fingerprint
         info: dict[str, Any] = fp if isinstance(fp, dict) else fp.model_dump()
-        cpus, gpus = int(info["logical_cpus"]), len(info["gpus"])
+        # The allocation's CPUs where the fingerprint has them (hpc_ds1.allocation).
+        cpus, gpus = int(info.get("usable_cpus") or info["logical_cpus"]), len(info["gpus"])
         key = (workload, cpus, gpus)
         if key not in self._spaces:
             tiles = ft.registry_tiles(workload) or self._tiles.get(workload) or (1,)
