@@ -33,6 +33,7 @@ from .edge import BodyLimit, RequestLog
 from .evaluation_api import evaluation_router
 from .fleet_api import fleet_router
 from .machine_api import machine_router
+from .recommend_api import recommend_router
 from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
 from .tasks_api import tasks_router
@@ -165,6 +166,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     install_auth(app, settings, engine, bus)
     app.include_router(auth_router(settings, engine))
     app.include_router(decide_router(settings, bus))
+    app.include_router(recommend_router(settings, bus, engine))
     app.include_router(sessions_router(settings, bus, engine))
     app.include_router(audit_router(settings, engine))
     app.include_router(evaluation_router(settings, engine))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import asdict
 from pathlib import Path
 
 from sqlalchemy import select
@@ -13,7 +14,7 @@ from ..bus import EventBus
 from ..db import make_engine, tables
 from ..infra.home import use_home
 from ..settings import Settings
-from .common import add_home_argument, load_settings
+from .common import add_home_argument, add_json_argument, load_settings, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         action="store_true",
         help="only the hash chain, without the log (does not see a file cut short)",
     )
+    add_json_argument(check, "the verdict")
     add_home_argument(check)
     check.set_defaults(handler=handle_verify)
 
@@ -47,6 +49,9 @@ def handle_verify(args: argparse.Namespace) -> int:
         with use_home(settings) as ends:
             nats_url, database_url = ends.nats_url_for("cli"), ends.app_database_url()
             verdict = asyncio.run(_against_log(settings, path, nats_url, database_url))
+    if args.json:
+        print_json({**asdict(verdict), "path": str(path)})
+        return 0 if verdict.intact else 1
     return _report(verdict, path)
 
 

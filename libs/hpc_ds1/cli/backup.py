@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from sqlalchemy import select
@@ -23,7 +24,7 @@ from ..infra.home import running_owner
 from ..settings import Settings
 from ..stack import Stack, open_stack
 from . import UsageError
-from .common import add_home_argument, load_settings
+from .common import add_home_argument, add_json_argument, emit, load_settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "to its last sequence when it starts.",
     )
     saving.add_argument("path", metavar="PATH", type=Path, help="a new (or empty) folder")
+    add_json_argument(saving, "what was backed up")
     add_home_argument(saving)
     saving.set_defaults(handler=handle_backup)
 
@@ -52,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "restore changes nothing.",
     )
     loading.add_argument("path", metavar="PATH", type=Path, help="a folder `backup` wrote")
+    add_json_argument(loading, "what was restored")
     add_home_argument(loading)
     loading.set_defaults(handler=handle_restore)
 
@@ -72,8 +75,13 @@ def handle_backup(args: argparse.Namespace) -> int:
         summary = asyncio.run(_backup(settings, args.path.resolve()))
     except BackupError as error:
         raise UsageError(str(error)) from None
-    print(f"backed up {_describe(summary)} to {summary.path}")
-    print(f"in {time.perf_counter() - started:.2f} s; restore with: hpc-ds1 restore {args.path}")
+    took = time.perf_counter() - started
+    emit(
+        args,
+        {**asdict(summary), "seconds": took},
+        f"backed up {_describe(summary)} to {summary.path}\n"
+        f"in {took:.2f} s; restore with: hpc-ds1 restore {args.path}",
+    )
     return 0
 
 
@@ -99,8 +107,13 @@ def handle_restore(args: argparse.Namespace) -> int:
         summary = asyncio.run(_restore(settings, args.path.resolve()))
     except BackupError as error:
         raise UsageError(str(error)) from None
-    print(f"restored {_describe(summary)} into {settings.home} (stream {settings.stream})")
-    print(f"and rebuilt the projection, in {time.perf_counter() - started:.2f} s")
+    took = time.perf_counter() - started
+    emit(
+        args,
+        {**asdict(summary), "home": str(settings.home), "stream": settings.stream, "seconds": took},
+        f"restored {_describe(summary)} into {settings.home} (stream {settings.stream})\n"
+        f"and rebuilt the projection, in {took:.2f} s",
+    )
     return 0
 
 

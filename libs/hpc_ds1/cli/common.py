@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -48,12 +49,40 @@ def add_home_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", help="data folder (default $HPC_DS1_HOME or ~/.hpc_ds1)")
 
 
+def add_json_argument(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    """--json: the command prints one JSON document on stdout instead of its text."""
+    parser.add_argument(
+        "--json", action="store_true", help=f"print {what} as JSON on stdout instead of text"
+    )
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str), flush=True)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """The command's result: `data` as JSON with --json, else `text`."""
+    if getattr(args, "json", False):
+        print_json(data)
+    else:
+        print(text, flush=True)
+
+
+def show_progress() -> bool:
+    """Progress bars only for a person watching: stderr is a terminal."""
+    return sys.stderr.isatty()
+
+
 async def run_campaign(campaign: Any, chunks: Sequence[Sequence[Any]]) -> Any:
     """A measurement campaign (hpc_ds1.setup.Campaign) under a progress bar on stderr."""
     from tqdm import tqdm
 
     with tqdm(
-        total=sum(len(c) for c in chunks), unit="run", file=sys.stderr, dynamic_ncols=True
+        total=sum(len(c) for c in chunks),
+        unit="run",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=not show_progress(),
     ) as bar:
 
         def progress(done: int, total: int, label: str) -> None:

@@ -7,7 +7,7 @@ import argparse
 from ..db import make_engine, upgrade
 from ..db.migrate import current
 from ..infra.home import use_home
-from .common import add_home_argument, load_settings
+from .common import add_home_argument, add_json_argument, emit, load_settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -15,6 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     up = actions.add_parser("upgrade", help="apply every migration up to the newest")
+    add_json_argument(up, "the database's revision")
     add_home_argument(up)
     up.set_defaults(handler=handle_upgrade)
 
@@ -25,7 +26,8 @@ def handle_upgrade(args: argparse.Namespace) -> int:
         engine = make_engine(ends.app_database_url(), pool_size=1)
         try:
             upgrade(engine)
-            print(f"database at revision {current(engine)}")
+            revision = current(engine)
+            emit(args, {"revision": revision}, f"database at revision {revision}")
         finally:
             engine.dispose()
     return 0

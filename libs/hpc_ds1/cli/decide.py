@@ -18,18 +18,20 @@ from ..requests import DecideBody, DecideRequest
 from ..settings import Settings
 from ..stack import open_stack
 from ..subjects import decide_subject
-from . import UsageError
+from . import PreconditionError, UsageError
 from .common import add_home_argument, load_settings, validation_message
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("decide", help="the next move for a job, with its confidence")
-    parser.add_argument("--workload", required=True)
-    parser.add_argument("--size", required=True, type=int)
-    parser.add_argument("--ranks", required=True, type=int)
-    parser.add_argument("--threads", required=True, type=int)
+    parser.add_argument("--workload", required=True, help="a workload name, e.g. gemm")
+    parser.add_argument("--size", required=True, type=int, help="problem size (positive)")
+    parser.add_argument("--ranks", required=True, type=int, help="MPI ranks the job runs with now")
+    parser.add_argument(
+        "--threads", required=True, type=int, help="threads per rank the job runs with now"
+    )
     parser.add_argument("--tile", type=int, help="default: the workload's default tile")
-    parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--gpu", action="store_true", help="the job runs on the GPU now")
     parser.add_argument("--runtime-s", type=float, help="observed runtime: decide without running")
     parser.add_argument("--throughput", type=float, help="observed GFLOP/s or GB/s")
     parser.add_argument("--server", help="coordinator URL (default: the one serving this home)")
@@ -94,7 +96,7 @@ def over_http(server: str, request: DecideRequest, token: str | None) -> dict[st
             timeout=900,
         )
     except httpx.HTTPError as error:
-        raise UsageError(f"cannot reach {server}: {error}") from None
+        raise PreconditionError(f"cannot reach {server}: {error}") from None
     if reply.status_code != 200:
         hint = ""
         if reply.status_code == 401 and not token:

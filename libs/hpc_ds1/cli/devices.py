@@ -13,8 +13,8 @@ import httpx
 from ..credentials import CredentialError, bearer_for
 from ..infra.home import running_owner
 from ..requests import SAFE_ID, SAFE_ID_RULE
-from . import UsageError
-from .common import load_settings
+from . import PreconditionError, UsageError
+from .common import add_json_argument, emit, load_settings
 
 TIMEOUT_S = 30.0
 
@@ -43,15 +43,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
 
     drain = actions.add_parser("drain", help="send no new tasks to a device (--undo: resume)")
-    drain.add_argument("device_id", metavar="ID")
+    drain.add_argument("device_id", metavar="ID", help="the device's id (`hpc-ds1 devices`)")
     drain.add_argument("--undo", action="store_true", help="take new tasks again")
+    add_json_argument(drain, "the device")
     _connection_arguments(drain, top=False)
     drain.set_defaults(handler=handle_drain)
 
     revoke = actions.add_parser(
         "revoke", help="revoke a device's credentials; it leaves the fleet, its tasks move"
     )
-    revoke.add_argument("device_id", metavar="ID")
+    revoke.add_argument("device_id", metavar="ID", help="the device's id (`hpc-ds1 devices`)")
+    add_json_argument(revoke, "what was revoked")
     _connection_arguments(revoke, top=False)
     revoke.set_defaults(handler=handle_revoke)
 
@@ -62,7 +64,7 @@ def _target(args: argparse.Namespace) -> tuple[str, str | None]:
     if not server:
         owner = running_owner(settings.home)
         if owner is None or not owner.gateway_url:
-            raise UsageError(
+            raise PreconditionError(
                 "no server runs for this home: start `hpc-ds1 serve`, or give --server URL "
                 "--token TOKEN"
             )
@@ -83,7 +85,7 @@ def _call(
             method, f"{server}{path}", json=body, headers=headers, timeout=TIMEOUT_S
         )
     except httpx.HTTPError as error:
-        raise UsageError(f"cannot reach {server}: {error}") from None
+        raise PreconditionError(f"cannot reach {server}: {error}") from None
     if reply.status_code >= 400:
         try:
             why = reply.json().get("error") or reply.text
@@ -181,9 +183,10 @@ def handle_drain(args: argparse.Namespace) -> int:
     device_id = _device_id(args.device_id)
     device = _call(args, "POST", f"/v1/devices/{device_id}/drain", {"draining": not args.undo})
     if args.undo:
-        print(f"{device_id} takes new tasks again (status {device['status']})")
+        said = f"{device_id} takes new tasks again (status {device['status']})"
     else:
-        print(f"{device_id} is draining: no new tasks; what it runs finishes")
+        said = f"{device_id} is draining: no new tasks; what it runs finishes"
+    emit(args, device, said)
     return 0
 
 
@@ -191,5 +194,5 @@ def handle_revoke(args: argparse.Namespace) -> int:
     device_id = _device_id(args.device_id)
     answer = _call(args, "POST", f"/v1/devices/{device_id}/revoke")
     tokens = ", ".join(answer["revoked_tokens"]) or "none left to revoke"
-    print(f"{device_id} revoked (credentials: {tokens}); it has left the fleet")
+    emit(args, answer, f"{device_id} revoked (credentials: {tokens}); it has left the fleet")
     return 0

@@ -13,8 +13,8 @@ import orjson
 from tqdm import tqdm
 
 from ..settings import Settings
-from . import UsageError
-from .common import add_home_argument, load_settings, run_campaign
+from . import PreconditionError, UsageError
+from .common import add_home_argument, load_settings, run_campaign, show_progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -83,7 +83,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         model = load(settings.home)
     except NoModelError as error:
-        raise UsageError(str(error)) from None
+        raise PreconditionError(str(error)) from None
     profile = EVAL_PROFILES["final" if args.final else "quick" if args.quick else "full"]
     if args.repeats is not None:
         if args.repeats < 2:
@@ -142,7 +142,7 @@ async def _evaluate(
     async with open_stack(settings, ("projector", "agent"), "evaluate") as stack:
         device_id = await stack.local_device()
         if model.device_id != device_id:
-            raise UsageError(
+            raise PreconditionError(
                 f"the model in {settings.models_dir} was trained on device {model.device_id}, "
                 f"not this one ({device_id}): run `hpc-ds1 setup` here first"
             )
@@ -162,7 +162,13 @@ async def _evaluate(
         await stack.caught_up()
         wanted = {(j.workload, j.size) for c in chunks for j in c}
         rows, truth_rows = await asyncio.to_thread(_load, stack.engine, device_id, wanted)
-        with tqdm(total=1, unit="step", file=sys.stderr, dynamic_ncols=True) as bar:
+        with tqdm(
+            total=1,
+            unit="step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=not show_progress(),
+        ) as bar:
 
             def progress(phase: str, done: int, total: int) -> None:
                 if bar.desc != phase:

@@ -12,7 +12,7 @@ from ..bus import EventBus
 from ..db import make_engine, tables
 from ..infra.home import use_home
 from ..settings import Settings
-from .common import add_home_argument, load_settings
+from .common import add_home_argument, add_json_argument, emit, load_settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     rebuild = actions.add_parser("rebuild", help="empty the read models and replay the log")
+    add_json_argument(rebuild, "how many events were replayed")
     add_home_argument(rebuild)
     rebuild.set_defaults(handler=handle_rebuild)
 
@@ -31,12 +32,13 @@ def handle_rebuild(args: argparse.Namespace) -> int:
         nats_url, database_url = ends.nats_url_for("cli"), ends.app_database_url()
         last, aside = asyncio.run(_rebuild(settings, nats_url, database_url))
         took = time.perf_counter() - started
-        print(f"rebuilt the projection from {last} events in {took:.2f} s")
+        text = f"rebuilt the projection from {last} events in {took:.2f} s"
         if aside:
-            print(
-                f"{aside} event(s) set aside: Postgres refused what they hold; each is in the "
+            text += (
+                f"\n{aside} event(s) set aside: Postgres refused what they hold; each is in the "
                 "projection_set_aside table with its reason"
             )
+        emit(args, {"events": last, "set_aside": aside, "seconds": took}, text)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 from typing import Any
 
@@ -13,8 +14,8 @@ from ..settings import Settings
 from ..setup import PROFILES, Campaign, plan_jobs
 from ..stack import open_stack
 from ..subjects import train_subject
-from . import UsageError
-from .common import add_home_argument, load_settings, run_campaign
+from . import CommandFailed, UsageError
+from .common import add_home_argument, add_json_argument, load_settings, print_json, run_campaign
 
 TRAIN_TIMEOUT_S = 1800.0
 
@@ -42,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--repeats", type=int, help="timed repeats per configuration")
     parser.add_argument("--no-train", action="store_true", help="measure only")
+    add_json_argument(parser, "what was measured and the trained model")
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
 
@@ -86,11 +88,18 @@ def handle(args: argparse.Namespace) -> int:
     except UnknownWorkload as error:
         raise UsageError(str(error)) from None
     sizes = _sizes(args.sizes)
-    return asyncio.run(_setup(settings, profile, workloads, sizes, not args.no_train))
+    return asyncio.run(
+        _setup(settings, profile, workloads, sizes, not args.no_train, as_json=args.json)
+    )
 
 
 async def _setup(
-    settings: Settings, profile: Any, workloads: list[Any], sizes: list[int] | None, train: bool
+    settings: Settings,
+    profile: Any,
+    workloads: list[Any],
+    sizes: list[int] | None,
+    train: bool,
+    as_json: bool = False,
 ) -> int:
     from ..hardware import fingerprint
     from ..space import ConfigSpace
@@ -98,6 +107,8 @@ async def _setup(
     fp = await asyncio.to_thread(fingerprint)
     spaces = {w.name: ConfigSpace.for_device(fp, w) for w in workloads}
     chunks = plan_jobs(workloads, spaces, profile, sizes)
+    out = sys.stderr if as_json else sys.stdout  # --json: stdout holds the JSON only
+    found: dict[str, Any] = {"profile": profile.name, "model": None}
     async with open_stack(settings, ("projector", "agent", "trainer"), "setup") as stack:
         device_id = await stack.local_device()
         print(
@@ -105,15 +116,27 @@ async def _setup(
             f"{sum(len(c) for c in chunks)} runs planned · {profile.repeats} timed repeats in "
             f"interleaved rounds, seed 0 · home {settings.home}",
             flush=True,
+            file=out,
         )
         report = await run_campaign(Campaign(stack, device_id), chunks)
         print(
             f"measured {report.measured} runs in {report.seconds:.0f} s "
             f"({report.skipped} already in the log; by status {report.by_status})",
             flush=True,
+            file=out,
+        )
+        found.update(
+            device_id=device_id,
+            planned=sum(len(c) for c in chunks),
+            measured=report.measured,
+            skipped=report.skipped,
+            by_status=report.by_status,
+            seconds=report.seconds,
         )
         await stack.caught_up()  # every measurement in the home's database (an agent reads it)
         if not train:
+            if as_json:
+                print_json(found)
             return 0
         started = time.monotonic()
         reply = await stack.bus.nc.request(
@@ -123,8 +146,17 @@ async def _setup(
         )
     answer = orjson.loads(reply.data)
     if not answer.get("ok"):
-        raise UsageError(f"training failed: {answer.get('error')}")
+        raise CommandFailed(f"training failed: {answer.get('error')}")
     took = time.monotonic() - started
+    if as_json:
+        found["model"] = {
+            "version": answer["version"],
+            "path": answer["path"],
+            "train_seconds": took,
+            "metrics": answer["metrics"],
+        }
+        print_json(found)
+        return 0
     print(f"trained model {answer['version']} in {took:.1f} s: {answer['path']}")
     for key, value in _headline(answer["metrics"]).items():
         print(f"  {key}: {value}")

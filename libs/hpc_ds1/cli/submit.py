@@ -10,7 +10,7 @@ from typing import Any
 
 from ..credentials import CredentialError, bearer_for
 from ..infra.home import running_owner
-from . import UsageError
+from . import PreconditionError, UsageError
 from .common import add_home_argument, load_settings
 
 
@@ -18,8 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser(
         "submit", help="run a job on the fleet: the device expected to finish it first runs it"
     )
-    parser.add_argument("--workload", required=True)
-    parser.add_argument("--size", required=True, type=int)
+    parser.add_argument("--workload", required=True, help="a workload name, e.g. gemm")
+    parser.add_argument("--size", required=True, type=int, help="problem size (positive)")
     parser.add_argument("--server", help="coordinator URL (default: the one serving this home)")
     parser.add_argument(
         "--token",
@@ -45,7 +45,9 @@ def handle(args: argparse.Namespace) -> int:
     owner = running_owner(settings.home)
     server = args.server or (owner.gateway_url if owner else None)
     if not server:
-        raise UsageError("no coordinator: give --server (no `hpc-ds1 serve` runs for this home)")
+        raise PreconditionError(
+            "no coordinator: give --server (no `hpc-ds1 serve` runs for this home)"
+        )
     try:
         token = bearer_for(settings.home, server, args.token)
     except CredentialError as error:

@@ -35,7 +35,7 @@ from ..settings import Settings
 from ..stack import Stack, open_stack
 from ..tokens import HOLDER_PATTERN, HOLDER_RULE, ROLES, new_token, new_token_id, token_hash
 from . import UsageError
-from .common import add_home_argument, load_settings
+from .common import add_home_argument, add_json_argument, emit, load_settings, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -46,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     create = actions.add_parser("create", help="a new token, shown once")
     create.add_argument("--name", required=True, help=f"who holds it: {HOLDER_RULE}")
     create.add_argument("--role", required=True, help=f"one of: {', '.join(ROLES)}")
+    add_json_argument(create, "the token, its id, holder and role")
     add_home_argument(create)
     create.set_defaults(handler=handle_create)
 
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     login = actions.add_parser(
         "login", help="a new one-time login URL for this home's console (the old one stops working)"
     )
+    add_json_argument(login, "the login URL")
     add_home_argument(login)
     login.set_defaults(handler=handle_login)
 
@@ -66,11 +68,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     join.add_argument(
         "--rotate", action="store_true", help="revoke it and make a new one (joined devices stay)"
     )
+    add_json_argument(join, "the join token and the join command")
     add_home_argument(join)
     join.set_defaults(handler=handle_join)
 
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
-    revoke.add_argument("token_id", metavar="TOKEN_ID")
+    revoke.add_argument(
+        "token_id", metavar="TOKEN_ID", help="the token's id (`hpc-ds1 token list` shows them)"
+    )
+    add_json_argument(revoke, "what was revoked")
     add_home_argument(revoke)
     revoke.set_defaults(handler=handle_revoke)
 
@@ -95,6 +101,9 @@ def handle_create(args: argparse.Namespace) -> int:
         token_id=token_id, holder=args.name, role=args.role, sha256=token_hash(token)
     )
     asyncio.run(_publish(settings, event))
+    if args.json:
+        print_json({"token_id": token_id, "holder": args.name, "role": args.role, "token": token})
+        return 0
     print(f"token {token_id} for {args.name} ({args.role}):")
     print(token)
     print("Keep it now: it cannot be shown again (only its SHA-256 is stored).")
@@ -170,7 +179,8 @@ async def _revoke(settings: Settings, token_id: str) -> str:
 
 def handle_revoke(args: argparse.Namespace) -> int:
     settings = load_settings(home=args.home)
-    print(asyncio.run(_revoke(settings, args.token_id)))
+    said = asyncio.run(_revoke(settings, args.token_id))
+    emit(args, {"token_id": args.token_id, "revoked": True, "message": said}, said)
     return 0
 
 
@@ -184,12 +194,14 @@ def handle_login(args: argparse.Namespace) -> int:
     owner = running_owner(settings.home)
     token = new_login_token(settings.home)
     if owner is not None and owner.gateway_url:
-        print(f"Open this once to log in (admin, as {owner_name()}):")
-        print(login_url(owner.gateway_url, token))
+        url = login_url(owner.gateway_url, token)
+        said = f"Open this once to log in (admin, as {owner_name()}):\n{url}"
+        emit(args, {"url": url, "server_running": True}, said)
         return 0
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
-    print("No server runs for this home yet; once `hpc-ds1 serve` runs, open this once:")
-    print(login_url(f"http://{shown}:{settings.port}/", token))
+    url = login_url(f"http://{shown}:{settings.port}/", token)
+    said = f"No server runs for this home yet; once `hpc-ds1 serve` runs, open this once:\n{url}"
+    emit(args, {"url": url, "server_running": False}, said)
     return 0
 
 
@@ -257,6 +269,6 @@ def handle_join(args: argparse.Namespace) -> int:
             token = found
     except CredentialError as error:
         raise UsageError(str(error)) from None
-    print(token)
-    print(f"Join      {join_command(_join_server(settings, token), token)}")
+    command = join_command(_join_server(settings, token), token)
+    emit(args, {"token": token, "command": command}, f"{token}\nJoin      {command}")
     return 0

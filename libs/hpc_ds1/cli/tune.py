@@ -23,15 +23,23 @@ from ..settings import Settings
 from ..stack import open_stack
 from ..subjects import start_session_subject
 from . import UsageError
-from .common import add_home_argument, load_settings, validation_message
+from .common import (
+    add_home_argument,
+    add_json_argument,
+    load_settings,
+    print_json,
+    validation_message,
+)
 
 Ask = Callable[[dict[str, Any]], Awaitable[tuple[bool, str] | None]]
+# How a session ended -> exit status: a failed or interrupted session is a failure (1).
+FAILED_ENDINGS = frozenset({"failed", "interrupted"})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("tune", help="tune a job one change at a time, for real")
-    parser.add_argument("--workload", required=True)
-    parser.add_argument("--size", required=True, type=int)
+    parser.add_argument("--workload", required=True, help="a workload name, e.g. gemm")
+    parser.add_argument("--size", required=True, type=int, help="problem size (positive)")
     parser.add_argument("--start", help="start configuration, e.g. ranks=1,threads=1,tile=16")
     parser.add_argument(
         "--no-wait",
@@ -45,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="engineer token for --server (default: this home's own, "
         "$HPC_DS1_HOME/credentials/cli.token, when the server is this home's)",
     )
+    add_json_argument(parser, "the session (its events and how it finished)")
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
 
@@ -88,23 +97,61 @@ def handle(args: argparse.Namespace) -> int:
             token = bearer_for(settings.home, args.server, args.token)
         except CredentialError as error:
             raise UsageError(str(error)) from None
-        return asyncio.run(remote(args.server, token, request, args.no_wait))
+        return asyncio.run(remote(args.server, token, request, args.no_wait, args.json))
+    # The home's model decides every move: without one the session could only fail after its
+    # first real run, so say how to get one now (exit 3).
+    from ..api import load
+
+    load(settings.home)
     if owner is None:
         print(
             "no coordinator is serving this home: starting the embedded one for this session",
             file=sys.stderr,
         )
-    return asyncio.run(local(settings, request, args.no_wait))
+    return asyncio.run(local(settings, request, args.no_wait, args.json))
 
 
 class StepTable:
-    """Prints a session's events as table rows."""
+    """Prints a session's events as table rows (with `as_json`: keeps them for one JSON
+    document at the end instead)."""
 
-    def __init__(self) -> None:
+    def __init__(self, session_id: str | None = None, as_json: bool = False) -> None:
         self.best: float | None = None
-        print(f"{'step':<5}{'move':<14}{'configuration':<36}{'runtime':>10}  result", flush=True)
+        self.as_json = as_json
+        self.found: dict[str, Any] = {
+            "session_id": session_id,
+            "events": [],
+            "finished": None,
+            "waiting_for_approval": None,
+        }
+        if not as_json:
+            print(
+                f"{'step':<5}{'move':<14}{'configuration':<36}{'runtime':>10}  result", flush=True
+            )
+
+    def say(self, text: str) -> None:
+        """A line for the person (stderr with --json: stdout holds the JSON only)."""
+        print(text, file=sys.stderr if self.as_json else sys.stdout, flush=True)
+
+    def waiting(self, approval_id: str, text: str) -> int:
+        self.found["waiting_for_approval"] = approval_id
+        self.say(text)
+        return self.end()
+
+    def end(self) -> int:
+        """The exit status (0: finished well or waiting for an engineer; 1: failed), after the
+        JSON document when asked for."""
+        if self.as_json:
+            print_json(self.found)
+        finished = self.found["finished"]
+        return 1 if finished is not None and finished.get("reason") in FAILED_ENDINGS else 0
 
     def show(self, kind: str, data: dict[str, Any]) -> None:
+        self.found["events"].append({"type": kind, "data": data})
+        if kind == "finished":
+            self.found["finished"] = data
+        if self.as_json:
+            return
         if kind == "step_run":
             config = " ".join(f"{k}={v}" for k, v in data["config"].items() if k != "gpu" or v)
             runtime = f"{data['runtime_s']:.4f} s" if data.get("runtime_s") else "-"
@@ -160,16 +207,24 @@ async def ask_at_terminal(approval: dict[str, Any]) -> tuple[bool, str] | None:
         f"({approval['mode']}, confidence {approval['confidence']:.2f}: {reasons}).\n"
         f"approve? [y/n] "
     )
+
+    def ask(text: str) -> str:
+        # Questions on stderr: stdout holds only the results (the JSON with --json).
+        print(text, end="", file=sys.stderr, flush=True)
+        return input()
+
     try:
-        answer = (await asyncio.to_thread(input, prompt)).strip().lower()
-        note = (await asyncio.to_thread(input, "note (optional): ")).strip()
+        answer = (await asyncio.to_thread(ask, prompt)).strip().lower()
+        note = (await asyncio.to_thread(ask, "note (optional): ")).strip()
     except EOFError:  # no terminal to ask: the move stays waiting for the console/API
-        print("\nno answer from the terminal")
+        print("\nno answer from the terminal", file=sys.stderr)
         return None
     return answer in ("y", "yes"), note
 
 
-async def local(settings: Settings, request: StartSessionRequest, no_wait: bool) -> int:
+async def local(
+    settings: Settings, request: StartSessionRequest, no_wait: bool, as_json: bool = False
+) -> int:
     user = getpass.getuser()
     services = ("projector", "agent", "decision", "coordinator")
     async with open_stack(settings, services, "cli-tune") as stack:
@@ -197,33 +252,35 @@ async def local(settings: Settings, request: StartSessionRequest, no_wait: bool)
         )
         if not reply.get("ok"):
             raise UsageError(str(reply.get("error")))
-        print(
+        table = StepTable(request.session_id, as_json)
+        table.say(
             f"session {request.session_id} · {request.workload} {request.size} on device "
-            f"{reply['device_id']}",
-            flush=True,
+            f"{reply['device_id']}"
         )
-        table = StepTable()
         while True:
             kind, _, data = await inbox.get()
             if kind == "approval.requested":
                 if data["session_id"] != request.session_id:
                     continue
                 if no_wait:
-                    print(
+                    resumes = (
+                        ""
+                        if stack.attached
+                        else "\nthe session resumes when `hpc-ds1 serve` runs for this home"
+                    )
+                    return table.waiting(
+                        data["approval_id"],
                         f"waiting for an engineer: approval {data['approval_id']} "
                         f"({data['move']}, {data['confidence']:.2f}); decide it in the console "
-                        f"or POST /v1/approvals/{data['approval_id']}"
+                        f"or POST /v1/approvals/{data['approval_id']}{resumes}",
                     )
-                    if not stack.attached:
-                        print("the session resumes when `hpc-ds1 serve` runs for this home")
-                    return 0
                 verdict = await ask_at_terminal(data)
                 if verdict is None:
-                    print(
+                    return table.waiting(
+                        data["approval_id"],
                         f"approval {data['approval_id']} waits for an engineer "
-                        f"(POST /v1/approvals/{data['approval_id']})"
+                        f"(POST /v1/approvals/{data['approval_id']})",
                     )
-                    return 0
                 if verdict is not None:
                     try:
                         await decide_approval(
@@ -236,11 +293,15 @@ async def local(settings: Settings, request: StartSessionRequest, no_wait: bool)
             if kind == "session.finished":
                 for sub in subs:
                     await sub.unsubscribe()
-                return 0
+                return table.end()
 
 
 async def remote(
-    server: str, token: str | None, request: StartSessionRequest, no_wait: bool
+    server: str,
+    token: str | None,
+    request: StartSessionRequest,
+    no_wait: bool,
+    as_json: bool = False,
 ) -> int:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = server.rstrip("/")
@@ -252,8 +313,8 @@ async def remote(
         )
         if started.status_code != 201:
             raise UsageError(f"{base} answered {started.status_code}: {started.text}")
-        print(f"session {request.session_id} on {base}", flush=True)
-        table = StepTable()
+        table = StepTable(request.session_id, as_json)
+        table.say(f"session {request.session_id} on {base}")
         seen = 0
         asked: set[str] = set()
         while True:
@@ -264,15 +325,17 @@ async def remote(
                 seen = event["seq"]
                 table.show(event["type"].split(".", 1)[1], event["data"])
                 if event["type"] == "session.finished":
-                    return 0
+                    return table.end()
             waiting = (await http.get("/v1/approvals")).json().get("approvals", [])
             for approval in waiting:
                 if approval["session_id"] != request.session_id or approval["approval_id"] in asked:
                     continue
                 asked.add(approval["approval_id"])
                 if no_wait:
-                    print(f"waiting for an engineer: approval {approval['approval_id']}")
-                    return 0
+                    return table.waiting(
+                        approval["approval_id"],
+                        f"waiting for an engineer: approval {approval['approval_id']}",
+                    )
                 verdict = await ask_at_terminal(approval)
                 if verdict is not None:
                     await http.post(
