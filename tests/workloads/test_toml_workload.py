@@ -47,8 +47,8 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     home = tmp_path / "home"
     monkeypatch.setenv("HPC_DS1_HOME", str(home))
     monkeypatch.delenv("HPC_DS1_WORKLOAD_PATH", raising=False)
-    for name, value in (("_registry", {}), ("_sources", {}), ("_errors", {})):
-        monkeypatch.setattr(registry, name, value)
+    for name in ("_registry", "_sources", "_errors"):
+        monkeypatch.setattr(registry, name, {})
     monkeypatch.setattr(registry, "_homes", set())
     monkeypatch.setattr(registry, "_pending", [])
     monkeypatch.setattr(registry, "_loaded", False)
@@ -261,3 +261,20 @@ def test_a_check_command_reads_the_output(heat: Path) -> None:
     assert run(good, 64, config, repeats=1).status is Status.OK
     failed = run(bad, 64, config, repeats=1)
     assert failed.status is Status.WRONG_ANSWER and "exit status 1" in failed.check_detail
+
+
+def test_run_takes_a_workload_file(
+    fresh: Path, heat: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--workload-file", str(heat), "--size", "64", "--ranks", "1"]
+    assert main([*argv, "--threads", "2", "--repeats", "1"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "heat size=64 ranks=1 threads=2 tile=16 gpu=False: ok"
+    )
+    bad = heat.with_name("bad.toml")
+    bad.write_text(heat.read_text().replace("[check]", "[checks]"))
+    assert main(["run", "--workload-file", str(bad), "--size", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hpc-ds1 run: {bad}: file: unknown section(s) ['checks']"), err
+    assert main([*argv, "--workload", "other"]) == 2
+    assert "the file declares 'heat'; drop --workload" in capsys.readouterr().err
