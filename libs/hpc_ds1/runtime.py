@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from sqlalchemy import Engine
 
 from .bus import EventBus
 from .db import make_engine
+from .leader import SINGLE_ACTIVE, Lease, lock_name, single_active, watch
 from .log import get_logger
 from .settings import Settings
 from .subjects import status_subject
@@ -73,7 +76,14 @@ async def _answer_status(ctx: ServiceContext) -> Callable[[], Awaitable[None]]:
 
     async def reply(msg: Any) -> None:
         facts = {k: (v() if callable(v) else v) for k, v in ctx.facts.items()}
-        body = {"service": ctx.name, "uptime_s": round(time.time() - ctx.started, 3), **facts}
+        # pid and host tell replicas apart: each answers a status request sent to all.
+        body = {
+            "service": ctx.name,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "uptime_s": round(time.time() - ctx.started, 3),
+            **facts,
+        }
         await msg.respond(json.dumps(body).encode())
 
     sub = await ctx.bus.nc.subscribe(status_subject(ctx.settings, ctx.name), cb=reply)
@@ -85,7 +95,35 @@ async def run_service(
 ) -> None:
     """Run service `name` until `stop`. `nats_url`: a URL, or a function giving the URL with
     the credentials of a service name (`Endpoints.nats_url_for`); `database_url`: the
-    application role's URL (`Endpoints.app_database_url()`)."""
+    application role's URL (`Endpoints.app_database_url()`). A single-active service
+    (leader.SINGLE_ACTIVE) first takes its lock, waiting as a standby while another copy
+    holds it."""
+    if name not in SINGLE_ACTIVE:
+        await _run_active(name, settings, nats_url, database_url, stop, None)
+        return
+    device_id = await asyncio.to_thread(_device_id) if name == "agent" else None
+    lock = lock_name(settings, name, device_id)
+    async with single_active(name, lock, database_url, stop) as lease:
+        if lease is not None:
+            await _run_active(name, settings, nats_url, database_url, stop, lease)
+
+
+def _device_id() -> str:
+    """An agent is its device: one active agent per device (hardware.fingerprint is cached,
+    so the agent's own fingerprint costs nothing more)."""
+    from .hardware import fingerprint
+
+    return fingerprint().device_id
+
+
+async def _run_active(
+    name: str,
+    settings: Settings,
+    nats_url: NatsUrls,
+    database_url: str,
+    stop: asyncio.Event,
+    lease: Lease | None,
+) -> None:
     log = get_logger(name)
     run = entry_point(name)
     nats_url = nats_url_of(nats_url, name)
@@ -94,9 +132,25 @@ async def run_service(
     ctx = ServiceContext(name, settings, nats_url, database_url, bus, engine, stop)
     unsubscribe = await _answer_status(ctx)
     log.info("service_started")
+    watcher = asyncio.create_task(watch(lease, stop)) if lease is not None else None
+    work: asyncio.Future[None] = asyncio.ensure_future(run(ctx))
     try:
-        await run(ctx)
+        if watcher is None:
+            await work
+        else:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher.done() and watcher.exception() is not None:
+                stop.set()  # this copy is no longer the active one: it stops now
+                await asyncio.gather(work, return_exceptions=True)
+                raise watcher.exception()  # type: ignore[misc]
+            await work
     finally:
+        if not work.done():  # this coroutine was cancelled: so is the service
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         await unsubscribe()
         await bus.close()
         engine.dispose()

@@ -23,13 +23,17 @@ def _warm_up() -> None:
 async def run(ctx: ServiceContext) -> None:
     service = DecisionService(ctx)
     subs = [
-        await ctx.bus.nc.subscribe(decide_subject(ctx.settings), cb=service.handle),
+        # A queue group: with replicas, each request is answered by one of them.
+        await ctx.bus.nc.subscribe(
+            decide_subject(ctx.settings), queue="decision", cb=service.handle
+        ),
         # Model events reach core subscribers too: a new model replaces the cached one.
         await ctx.bus.nc.subscribe(
             f"{ctx.settings.subject_prefix}.model.*.published", cb=service.forget_models
         ),
     ]
     ctx.facts["decisions_in_flight"] = service.in_flight
+    ctx.facts["answered"] = lambda: service.answered
     # Listening first: readiness says the service answers, so it must. A request that comes
     # while the imports run waits for them without blocking the loop.
     service.warmed = asyncio.ensure_future(asyncio.to_thread(_warm_up))

@@ -93,6 +93,7 @@ class DecisionService:
         self._devices: dict[str | None, tuple[float, tuple[str, Fingerprint]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs_waiting = 0
+        self.answered = 0  # requests this replica took (its status tells replicas apart)
         self._system1: dict[tuple[str, str, str, int], dict[str, Any] | None] = {}
         # Set by run(): the model stack's imports in a thread; answers wait for it off the loop.
         self.warmed: asyncio.Future[None] | None = None
@@ -110,6 +111,7 @@ class DecisionService:
             busy = f"busy: {MAX_IN_FLIGHT} decisions are being answered; try again shortly"
             await _respond(msg, {"ok": False, "status": 503, "error": busy})
             return
+        self.answered += 1
         task = asyncio.create_task(self._answer(msg))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

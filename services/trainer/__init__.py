@@ -13,7 +13,10 @@ __all__ = ["Trainer", "run"]
 
 async def run(ctx: ServiceContext) -> None:
     trainer = Trainer(ctx)
-    sub = await ctx.bus.nc.subscribe(train_subject(ctx.settings), cb=trainer.handle)
+    # A queue group: with replicas, each training request goes to one of them.
+    sub = await ctx.bus.nc.subscribe(
+        train_subject(ctx.settings), queue="trainer", cb=trainer.handle
+    )
     try:
         await ctx.stop.wait()
     finally:
