@@ -24,6 +24,11 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
+    reuse_port: bool = Field(
+        default=False,
+        description="Gateway replicas on one host share the port (SO_REUSEPORT: the kernel "
+        "spreads connections over them). Off: a busy port is an error.",
+    )
     max_body_bytes: int = Field(
         default=1 << 20,
         ge=1024,

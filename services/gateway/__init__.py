@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Iterator
 
@@ -20,6 +21,7 @@ from .app import Check, create_app
 __all__ = ["create_app", "run"]
 
 log = get_logger("gateway")
+REPLICA_HEADER = "hpc-replica"
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -30,7 +32,7 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """A TCP listener whose accepted sockets asyncio marks TCP_NODELAY: it does so only when the
     socket's protocol is IPPROTO_TCP, which socket.create_server leaves at 0 (Nagle's delay with
     the client's delayed ACK then costs ~40 ms per keep-alive request)."""
@@ -39,6 +41,8 @@ def _listen(host: str, port: int) -> socket.socket:
     )[0]
     listener = socket.socket(family, kind, proto)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         listener.bind(address)
         listener.listen(2048)
@@ -82,12 +86,18 @@ async def _serve(ctx: ServiceContext) -> None:
     app.state.credentials = Check(ok=False, problem="registering the home's CLI and join tokens")
     registering = asyncio.create_task(_register_credentials(ctx, app))
     config = uvicorn.Config(
-        app, host=ctx.settings.host, port=ctx.settings.port, log_config=None, access_log=False
+        app,
+        host=ctx.settings.host,
+        port=ctx.settings.port,
+        log_config=None,
+        access_log=False,
+        # Which replica answered (a container's hostname, then the pid).
+        headers=[(REPLICA_HEADER, f"{socket.gethostname()}/{os.getpid()}")],
     )
     server = _EmbeddedServer(config)
     # Binding here turns a busy port into a clear error instead of uvicorn's sys.exit.
     try:
-        listener = _listen(ctx.settings.host, ctx.settings.port)
+        listener = _listen(ctx.settings.host, ctx.settings.port, ctx.settings.reuse_port)
     except OSError as error:
         raise RuntimeError(
             f"the gateway cannot listen on {ctx.settings.host}:{ctx.settings.port}: "
