@@ -3,6 +3,7 @@ C/OpenMP program (data/heat.c, built with this machine's gcc) run under MPI rank
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -278,3 +279,18 @@ def test_run_takes_a_workload_file(
     assert err.startswith(f"hpc-ds1 run: {bad}: file: unknown section(s) ['checks']"), err
     assert main([*argv, "--workload", "other"]) == 2
     assert "the file declares 'heat'; drop --workload" in capsys.readouterr().err
+
+
+def test_the_workloads_command_lists_files_and_refusals(
+    fresh: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(fresh / "workloads", VALID)
+    broken = write(fresh / "workloads", VALID.replace("exit_code = true", ""), "broken.toml")
+    assert main(["workloads", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    app = next(w for w in listed["workloads"] if w["name"] == "app")
+    assert app["tile"] == {"name": "block", "values": [1, 2, 4], "default": 2}
+    assert app["source"].endswith("app.toml") and app["launcher"] == "mpi"
+    assert "[check]: give exactly one of" in listed["not_loaded"][str(broken.resolve())]
+    assert main(["workloads", "--check", str(broken)]) == 2
+    assert "[check]: give exactly one of exit_code | regex | command" in capsys.readouterr().err
