@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     projector_batch: int = Field(default=2000, ge=1, le=10_000)
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
+    launcher: Literal["mpiexec", "srun"] = Field(
+        default="mpiexec",
+        description="How a real run starts its ranks: mpiexec, or srun (a Slurm job step).",
+    )
+    mpiexec: str | None = Field(
+        default=None,
+        description="The site's mpiexec; unset: the pip MPICH's, else mpiexec on PATH.",
+    )
     max_run_s: float = Field(
         default=600.0,
         gt=0,

@@ -28,6 +28,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
     parser.add_argument(
+        "--launcher",
+        choices=("mpiexec", "srun"),
+        default=None,
+        help="how the ranks start: mpiexec, or srun (a job step of the Slurm allocation this "
+        "runs in, or a new one); default $HPC_DS1_LAUNCHER, else mpiexec",
+    )
+    parser.add_argument(
         "--command",
         dest="command_template",
         default=None,
@@ -119,6 +126,7 @@ def _result(args: argparse.Namespace) -> Any:
                 repeats=args.repeats,
                 timeout_s=args.timeout,
                 space=space,
+                launcher=args.launcher,
             )
     except InvalidJob as error:
         raise UsageError(str(error)) from None

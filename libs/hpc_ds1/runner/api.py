@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_ds1.devicelock import Cancelled
+from hpc_ds1.runner import launch
 from hpc_ds1.runner.jobspec import JobSpec
 from hpc_ds1.runner.noise import coefficient_of_variation, relative_spread
 from hpc_ds1.runner.procs import Process
@@ -72,8 +73,7 @@ def job_env(threads: int, base: Mapping[str, str] | None = None) -> dict[str, st
 
 
 def mpiexec_path() -> str:
-    local = Path(sys.executable).with_name("mpiexec")
-    return str(local) if local.exists() else "mpiexec"
+    return launch.mpiexec_path()
 
 
 def _spec(job: Job, wl: Workload) -> JobSpec:
@@ -118,8 +118,10 @@ def _result(job: Job, wl: Workload, status: Status, command: str, **fields: Any)
     )
 
 
-def _launch_argv(ranks: int, specs: Sequence[JobSpec]) -> list[str]:
-    argv = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "hpc_ds1.runner.rank"]
+def _launch_argv(
+    ranks: int, specs: Sequence[JobSpec], launcher: str = "mpiexec", threads: int = 1
+) -> list[str]:
+    argv = [*launch.prefix(launcher, ranks, threads), sys.executable, "-m", "hpc_ds1.runner.rank"]
     for spec in specs:
         argv += ["--job", spec.encode()]
     return argv
@@ -141,6 +143,7 @@ def _run_batch(
     timeout_s: float,
     launch_timeout_s: float,
     cancel: threading.Event | None = None,
+    launcher: str = "mpiexec",
 ) -> list[RunResult]:
     """Run jobs in one launch; after a timeout or a crash, relaunch for the jobs left."""
     results: list[RunResult] = []
@@ -149,7 +152,8 @@ def _run_batch(
         if cancel is not None and cancel.is_set():
             raise Cancelled("cancelled before the job started")
         specs = [_spec(job, wl) for job, wl in pending]
-        base = _launch_argv(ranks, specs)
+        threads = max(job.config.threads for job, _ in pending)
+        base = _launch_argv(ranks, specs, launcher, threads)
         now = time.time()
         # Each rank kills itself past its own deadline (timeouts plus grace), runner or not.
         limits = ["--job-timeout-s", repr(timeout_s + GRACE_S)]
@@ -224,12 +228,19 @@ def run_many(
     launch_timeout_s: float = LAUNCH_TIMEOUT_S,
     space: ConfigSpace | None = None,
     cancel: threading.Event | None = None,
+    launcher: str | None = None,
 ) -> list[RunResult]:
-    """Run jobs, one `mpiexec` launch per ranks value; results in the order of `jobs`.
+    """Run jobs, one `mpiexec` (or `srun`) launch per ranks value; results in the order of
+    `jobs`.
 
     Every job is validated first (InvalidJob before anything starts). `timeout_s` bounds each
     job (from its start inside the launch, warm-up and JIT included). Setting `cancel` kills
-    the running job within a fraction of a second and raises Cancelled."""
+    the running job within a fraction of a second and raises Cancelled. `launcher`: mpiexec
+    or srun (launch.py); None: HPC_DS1_LAUNCHER."""
+    try:
+        launcher = launch.check(launcher or launch.default_launcher())
+    except launch.LauncherError as error:
+        raise InvalidJob(str(error)) from None
     checked = []
     for job in jobs:
         wl, _ = validate(job.workload, job.size, job.config, space)
@@ -248,7 +259,9 @@ def run_many(
     for ranks, indices in sorted(groups.items()):
         batch = [checked[i] for i in indices]
         for i, result in zip(
-            indices, _run_batch(ranks, batch, timeout_s, launch_timeout_s, cancel), strict=True
+            indices,
+            _run_batch(ranks, batch, timeout_s, launch_timeout_s, cancel, launcher),
+            strict=True,
         ):
             out[i] = result
     return [out[i] for i in range(len(checked))]
@@ -263,9 +276,10 @@ def run(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     space: ConfigSpace | None = None,
     cancel: threading.Event | None = None,
+    launcher: str | None = None,
 ) -> RunResult:
     """Run one job for real and return its result (InvalidJob if it cannot be launched;
-    Cancelled when `cancel` is set before it ends)."""
+    Cancelled when `cancel` is set before it ends). `launcher`: see run_many."""
     name = workload.name if isinstance(workload, Workload) else workload
     job = Job(workload=name, size=check_size(size), config=config, repeats=repeats)
     if isinstance(workload, Workload):
@@ -275,4 +289,4 @@ def run(
             register(workload, replace=True)
         elif get_workload(name) is not workload:
             raise InvalidJob(f"another workload named {name!r} is already registered")
-    return run_many([job], timeout_s=timeout_s, space=space, cancel=cancel)[0]
+    return run_many([job], timeout_s=timeout_s, space=space, cancel=cancel, launcher=launcher)[0]
