@@ -253,7 +253,7 @@ def run_many(
         if isinstance(wl, CommandWorkload):
             from hpc_ds1.runner.command import run_command
 
-            out[i] = run_command(job, wl, timeout_s, _result, cancel)
+            out[i] = run_command(job, wl, timeout_s, _result, cancel, launcher)
         else:
             groups.setdefault(job.config.ranks, []).append(i)
     for ranks, indices in sorted(groups.items()):

@@ -1,6 +1,6 @@
 """Running a command workload: its own command, once per run (a warm-up first unless it says
-otherwise), under mpiexec -n {ranks} when its launcher is "mpi", in its folder, with its
-environment template, timed by the wall clock or by its output, then checked.
+otherwise), behind the runner's launcher (mpiexec or srun) when its launcher is "mpi", in its
+folder, with its environment template, timed by the wall clock or by its output, then checked.
 
 Its environment is the scrubbed job environment without the thread pins the numba rank
 program needs (OMP_NUM_THREADS=1 and the like): the workload's env template decides them
@@ -40,12 +40,16 @@ def command_env(wl: CommandWorkload, values: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def command_argv(wl: CommandWorkload, values: dict[str, str]) -> list[str]:
-    from hpc_ds1.runner.api import mpiexec_path
+def command_argv(
+    wl: CommandWorkload, values: dict[str, str], launcher: str = "mpiexec"
+) -> list[str]:
+    """The command's words; with launcher "mpi", behind the runner's launcher (mpiexec -n
+    {ranks}, or srun -n {ranks} --cpus-per-task {threads} inside Slurm: runner/launch.py)."""
+    from hpc_ds1.runner import launch
 
     words = wl.argv(values)
     if wl.launcher == "mpi":
-        return [mpiexec_path(), "-n", values["ranks"], *words]
+        return [*launch.prefix(launcher, int(values["ranks"]), int(values["threads"])), *words]
     return words
 
 
@@ -108,12 +112,13 @@ def run_command(
     timeout_s: float,
     result: Any,
     cancel: threading.Event | None = None,
+    launcher: str = "mpiexec",
 ) -> RunResult:
     """One job of a command workload; `result` builds the RunResult (api._result)."""
     from hpc_ds1.runner.api import mpiexec_path
 
     values = wl.values(job.config, job.size, mpiexec_path())
-    argv = command_argv(wl, values)
+    argv = command_argv(wl, values, launcher)
     command = shlex.join(argv)
     runner = _Runner(wl, command_env(wl, values), timeout_s, cancel)
     times: list[float] = []

@@ -6,7 +6,8 @@
  * N x N interior points, the top edge held at 1, the others at 0. The sweeps go block by
  * block (B x B tiles, the knob), the block rows shared among OpenMP threads. Under mpiexec
  * every rank solves its own strip of N / PMI_SIZE rows (fixed edges, no halo exchange: a
- * stand-in for a domain decomposition, with no MPI library needed). Each rank prints
+ * stand-in for a domain decomposition, with no MPI library needed; under srun,
+ * SLURM_PROCID / SLURM_NTASKS). Each rank prints
  *   rank=<r> time=<seconds of its sweeps> error=<max |blocked - plain sweeps|>
  * where the plain sweeps (untimed) are the reference: the two must agree exactly. */
 #include <math.h>
@@ -64,7 +65,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: heat --n N [--block B] [--steps S] (all positive)\n");
         return 2;
     }
+    /* mpiexec (PMI) or srun (SLURM_*) says which rank this is; alone it is rank 0 of 1. */
     const char *r = getenv("PMI_RANK"), *p = getenv("PMI_SIZE");
+    if (!r || !p) { r = getenv("SLURM_PROCID"); p = getenv("SLURM_NTASKS"); }
     int rank = r ? atoi(r) : 0, size = p ? atoi(p) : 1;
     int rows = n / size + (rank < n % size ? 1 : 0), cols = n;
     if (rows < 1) rows = 1;
