@@ -45,6 +45,10 @@ pytest: $(STAMP) ## the test suite alone
 	if [ -d "$(SCREENS)" ]; then echo "console screenshots (one per section, tests/console): $(SCREENS)"; fi; \
 	exit $$status
 
+.PHONY: test-compose
+test-compose: $(STAMP) ## as root: docker-compose.yml under podman-compose, driven through the gateway (no registry needed)
+	deploy/test-compose.sh
+
 format: $(STAMP) ## apply ruff's formatting and fixes
 	$(BIN)/ruff format libs services migrations tests benchmarks
 	$(BIN)/ruff check --fix libs services migrations tests benchmarks
