@@ -25,6 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "home has joined (credentials/device.json)",
     )
     parser.add_argument("--name", help=f"the device's name when it joins: {SAFE_ID_RULE}")
+    parser.add_argument(
+        "--slurm-partition",
+        metavar="P",
+        help="serve Slurm partition P as the device, from a login node: each task goes through "
+        "`sbatch --wait` to a node of P and the fingerprint is a node's (this home must be "
+        "visible from the nodes)",
+    )
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
 
@@ -32,10 +39,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def handle(args: argparse.Namespace) -> int:
     from ..fleet.agent import Agent
     from ..fleet.client import FleetError
+    from ..fleet.slurm import SlurmError
 
     settings = load_settings(home=args.home)
     try:
-        agent = Agent(args.server, args.token, home=settings.home, name=args.name)
+        agent = Agent(
+            args.server,
+            args.token,
+            home=settings.home,
+            name=args.name,
+            slurm_partition=args.slurm_partition,
+        )
     except ValueError as error:
         raise UsageError(str(error)) from None
     agent.settings = settings
@@ -47,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
     agent.on_ready = ready
     try:
         agent.run()
-    except (FleetError, CredentialError) as error:
+    except (FleetError, CredentialError, SlurmError) as error:
         print(f"hpc-ds1 agent: {error}", file=sys.stderr)
         return 1
     return 0

@@ -50,6 +50,7 @@ from .client import (
     base_url,
 )
 from .execute import TaskResult, describe, refused, run_work_item, stopped
+from .slurm import SlurmPartition
 from .work import WorkItem
 
 log = get_logger("fleet-agent")
@@ -280,6 +281,7 @@ class Agent:
         *,
         home: str | Path | None = None,
         name: str | None = None,
+        slurm_partition: str | None = None,
     ) -> None:
         self.server = base_url(server)
         if name is not None and not SAFE_ID.match(name):
@@ -288,6 +290,13 @@ class Agent:
         self.name = name
         self.settings = Settings(home=Path(home)) if home is not None else Settings()
         self.home = self.settings.home
+        # A Slurm partition as the device: attempts go through sbatch to its nodes, and the
+        # fingerprint is a node's (fleet/slurm.py); None: this machine.
+        self.slurm: SlurmPartition | None = (
+            SlurmPartition(slurm_partition, self.home / "slurm")
+            if slurm_partition is not None
+            else None
+        )
         self.device_id: str | None = None
         self.identity: Identity | None = None
         self.heartbeat_interval_s = self.settings.heartbeat_interval_s
@@ -459,8 +468,12 @@ class Agent:
                 "is needed (`hpc-ds1 token join` on the coordinator prints it)"
             )
 
-        hardware = await asyncio.to_thread(fingerprint)
-        hostname = socket.gethostname()
+        if self.slurm is not None:
+            hardware = await asyncio.to_thread(self.slurm.fingerprint)
+            hostname = hardware.hostname
+        else:
+            hardware = await asyncio.to_thread(fingerprint)
+            hostname = socket.gethostname()
         try:
             answer = await self._retrying(
                 "join",
@@ -635,6 +648,7 @@ class Agent:
                     home=self.home,
                     max_run_s=self.settings.max_run_s,
                     cancel=self.cancel,
+                    slurm=self.slurm,
                 )
             except Cancelled:
                 result = stopped(item, self.device_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import threading
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine, select
@@ -29,6 +29,9 @@ from ..runner import InvalidJob, RunResult, run, validate
 from ..runner.estimate import RuntimeEstimate, check_cap
 from ..space import Config, ConfigSpace
 from .work import WorkItem
+
+if TYPE_CHECKING:
+    from .slurm import SlurmPartition
 
 log = get_logger("fleet")
 
@@ -133,15 +136,23 @@ def from_run(item: WorkItem, result: RunResult) -> TaskResult:
 
 
 def run_work_item(
-    item: WorkItem, *, home: Path, max_run_s: float, cancel: threading.Event | None = None
+    item: WorkItem,
+    *,
+    home: Path,
+    max_run_s: float,
+    cancel: threading.Event | None = None,
+    slurm: SlurmPartition | None = None,
 ) -> TaskResult:
     """Run `item` for real on this machine (blocking) and return its result. A job the runner
     refuses, or one whose expected time is past `max_run_s`, is a failed result without a run.
-    Raises devicelock.Cancelled when `cancel` is set before the run ends (the agent stops)."""
+    Raises devicelock.Cancelled when `cancel` is set before the run ends (the agent stops).
+    With `slurm`, the run goes to a node of that partition instead (fleet/slurm.py)."""
     try:
         config = Config.model_validate(item.config)
     except ValidationError as error:
         return refused(item, f"invalid configuration {item.config}: {error.errors()[0]['msg']}")
+    if slurm is not None:
+        return run_on_slurm(item, config, slurm, max_run_s=max_run_s, cancel=cancel)
     try:
         # The tuned space, widened as for a user's own job: placement sends the device's best
         # measured configuration, which its setup measured within this space.
@@ -173,6 +184,51 @@ def run_work_item(
         runtime_s=result.runtime_s,
     )
     return from_run(item, result)
+
+
+def run_on_slurm(
+    item: WorkItem,
+    config: Config,
+    slurm: SlurmPartition,
+    *,
+    max_run_s: float,
+    cancel: threading.Event | None = None,
+) -> TaskResult:
+    """`item` through `sbatch` on a node of `slurm`'s partition; the node validates it against
+    its own space (this login node's is not the device's)."""
+    from .slurm import SlurmError
+
+    try:
+        if item.expected_s is not None:
+            expected = RuntimeEstimate(item.expected_s, TASK_REPEATS + 1, "expected by placement")
+            check_cap(expected, max_run_s, item.workload, item.size)
+        outcome = slurm.run(
+            item.task_id,
+            item.attempt,
+            item.workload,
+            item.size,
+            config,
+            repeats=TASK_REPEATS,
+            max_run_s=max_run_s,
+            cancel=cancel,
+        )
+    except (InvalidJob, ValueError, SlurmError) as error:
+        return refused(item, f"the runner refused it: {error}")
+    log.info(
+        "task_run",
+        task_id=item.task_id,
+        attempt=item.attempt,
+        workload=item.workload,
+        size=item.size,
+        config=config.label(),
+        partition=slurm.partition,
+        slurm_job_id=outcome.job_id,
+        status=outcome.result.status.value if outcome.result else "failed",
+        runtime_s=outcome.result.runtime_s if outcome.result else None,
+    )
+    if outcome.result is None:
+        return refused(item, outcome.error or f"Slurm job {outcome.job_id} gave no result")
+    return from_run(item, outcome.result)
 
 
 # --- recording a result -------------------------------------------------------------------
