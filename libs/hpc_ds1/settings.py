@@ -35,6 +35,13 @@ class Settings(BaseSettings):
         le=64 << 20,
         description="Largest HTTP request body the gateway reads (413 beyond it).",
     )
+    token_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="How long the gateway keeps an active token without asking Postgres again; "
+        "its token.revoked event ends it at once. 0: every request looks its token up.",
+    )
     nats_sync: Literal["always", "default"] = Field(
         default="always",
         description="Embedded NATS fsync policy: 'always' puts an acknowledged event on disk.",

@@ -3,9 +3,10 @@
 Every API call carries a token, except GET /healthz, GET /readyz and the login exchange
 (GET /?token=<one-time token>). A token comes as `Authorization: Bearer <token>` or as the
 session cookie the login exchange sets; it is looked up by its SHA-256 in the tokens table:
-unknown or revoked is 401, too low a role is 403. Roles for people: viewer < engineer < admin;
-`agent` is separate and satisfies only a need for `agent`. Where the gateway listens (loopback,
-behind a reverse proxy or an SSH tunnel) changes nothing.
+unknown or revoked is 401, too low a role is 403 (the gateway remembers an active token for a
+moment and forgets it the moment its token.revoked event arrives: token_cache.py). Roles for
+people: viewer < engineer < admin; `agent` is separate and satisfies only a need for `agent`.
+Where the gateway listens (loopback, behind a reverse proxy or an SSH tunnel) changes nothing.
 
 A cookie is sent by the browser on its own, so a cookie-authenticated POST (or any method that
 changes something) must also prove it comes from a page of this origin: an `Origin` header
@@ -37,6 +38,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import ROLES, Principal, lookup, new_token, role_allows
 
 from .schemas import ERRORS_401_403, ErrorBody
+from .token_cache import TokenCache
 
 log = get_logger("gateway.auth")
 
@@ -56,13 +58,17 @@ class AuthContext:
     settings: Settings
     engine: Engine
     bus: EventBus | None = None
+    # With a bus, tokens are remembered between requests and revoked by their events.
+    tokens: TokenCache | None = None
 
 
 def install_auth(
     app: FastAPI, settings: Settings, engine: Engine, bus: EventBus | None = None
 ) -> None:
     """Give the auth dependencies the tokens table (and the bus the login exchange needs)."""
-    app.state.auth = AuthContext(settings, engine, bus)
+    keep = settings.token_cache_s
+    tokens = TokenCache(engine, bus, keep) if bus is not None and keep > 0 else None
+    app.state.auth = AuthContext(settings, engine, bus, tokens)
 
 
 def _context(request: Request) -> AuthContext:
@@ -106,7 +112,12 @@ async def _identify(request: Request, need: str) -> Principal:
     if found is None:
         raise HTTPException(401, f"this needs a {need} token: {_HOW}", _CHALLENGE)
     token, via = found
-    principal = await asyncio.to_thread(lookup, _context(request).engine, token)
+    context = _context(request)
+    principal = (
+        await context.tokens.principal(token)
+        if context.tokens is not None
+        else await asyncio.to_thread(lookup, context.engine, token)
+    )
     if principal is None:
         log.info("auth_rejected", reason="unknown or revoked token", via=via, path=request.url.path)
         raise HTTPException(

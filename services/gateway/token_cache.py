@@ -1,0 +1,122 @@
+"""The gateway's memory of recently seen tokens, so a request does not cost a Postgres lookup.
+
+Every API call carries a token; looking it up in the tokens table took a thread hop, a pooled
+connection and a query on every request (the largest part of the gateway's time per
+`POST /v1/decide` in the profile, docs/performance.md). Here a token's principal is kept for
+`ttl_s` after a lookup found it active, and only while revocation can reach this gateway at once:
+
+- every `token.revoked` event reaches the gateway on a core NATS subscription as it is
+  appended, before the projector has folded it; its token id is refused from then on, cached
+  or not (a lookup under way when the event comes is refused too);
+- nothing is served from memory while the NATS connection is down, and everything kept is
+  forgotten when it comes back (events sent meanwhile may have been missed);
+- an entry is looked up again after `ttl_s` (HPC_DS1_TOKEN_CACHE_S, 2 s; 0 turns the cache
+  off) anyway, so a revocation that never came as an event (a row changed in Postgres by hand)
+  takes effect within it.
+
+Unknown and revoked tokens are never kept: a new token works as soon as it is projected."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from nats.aio.subscription import Subscription
+from sqlalchemy import Engine
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.log import get_logger
+from hpc_ds1.tokens import TOKEN_PATTERN, Principal, lookup, token_hash
+
+log = get_logger("gateway.auth")
+
+TTL_S = 2.0  # the default of settings.token_cache_s: the longest a revocation unseen as an event
+MAX_ENTRIES = 10_000  # then everything is forgotten at once (one lookup per token again)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    principal: Principal
+    expires: float
+
+
+class TokenCache:
+    def __init__(self, engine: Engine, bus: EventBus, ttl_s: float = TTL_S) -> None:
+        self.engine = engine
+        self.bus = bus
+        self.ttl_s = ttl_s
+        self.revoked: set[str] = set()  # token ids revoked since this gateway subscribed
+        self.lookups = 0  # Postgres lookups made (the tests and the docs count them)
+        self._entries: dict[str, _Entry] = {}
+        self._sub: Subscription | None = None
+        self._starting = asyncio.Lock()
+        self._reconnects = 0
+
+    async def watch(self) -> None:
+        """Subscribe to revocations (once); the cache serves nothing until this is done."""
+        if self._sub is not None:
+            return
+        async with self._starting:
+            if self._sub is None:
+                subject = f"{self.bus.prefix}.token.*.revoked"
+                sub = await self.bus.nc.subscribe(subject, cb=self._revoked)
+                await self.bus.nc.flush()  # the server has the subscription: nothing is missed
+                self._reconnects = self._reconnect_count()
+                self._sub = sub
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            await sub.unsubscribe()
+
+    async def _revoked(self, msg: Any) -> None:
+        try:
+            token_id = orjson.loads(msg.data)["data"]["token_id"]
+        except Exception:  # not an envelope: the projector sets it aside, nothing to revoke
+            return
+        if isinstance(token_id, str):
+            self.revoked.add(token_id)
+            self._entries = {
+                k: e for k, e in self._entries.items() if e.principal.token_id != token_id
+            }
+
+    def _reconnect_count(self) -> int:
+        return int(self.bus.nc.stats.get("reconnects", 0))
+
+    def _trusted(self) -> bool:
+        """Whether a revocation would reach this gateway now; forgets everything if it may
+        have missed one (the connection is down, or came back since)."""
+        if self._sub is None or not self.bus.nc.is_connected:
+            self._entries.clear()
+            return False
+        reconnects = self._reconnect_count()
+        if reconnects != self._reconnects:
+            self._entries.clear()
+            self._reconnects = reconnects
+        return True
+
+    async def principal(self, token: str) -> Principal | None:
+        """The holder of a registered, unrevoked token; None otherwise."""
+        if not TOKEN_PATTERN.match(token):
+            return None
+        await self.watch()
+        key = token_hash(token)
+        trusted = self._trusted()
+        entry = self._entries.get(key) if trusted else None
+        if entry is not None and time.monotonic() < entry.expires:
+            if entry.principal.token_id not in self.revoked:
+                return entry.principal
+        self.lookups += 1
+        found = await asyncio.to_thread(lookup, self.engine, token)
+        if found is None or found.token_id in self.revoked:
+            self._entries.pop(key, None)
+            return None
+        # Kept only if no revocation can have been missed while Postgres was asked.
+        if trusted and self.bus.nc.is_connected and self._reconnect_count() == self._reconnects:
+            if len(self._entries) >= MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[key] = _Entry(found, time.monotonic() + self.ttl_s)
+        return found

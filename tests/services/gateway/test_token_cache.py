@@ -1,0 +1,114 @@
+"""The gateway's token cache: a token is looked up in Postgres once, not on every request, and a
+revocation still takes effect at once (the token.revoked event, before the projector folds it)
+or, if the event never came, within the cache's TTL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import Engine, update
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.db import tables
+from hpc_ds1.events import TokenRevoked, envelope
+from hpc_ds1.services.gateway import create_app
+from hpc_ds1.services.gateway.auth import install_auth
+from hpc_ds1.services.gateway.token_cache import TokenCache
+from hpc_ds1.settings import Settings
+
+from .conftest import as_role, asgi_client
+
+# The longest the tests wait for the event to reach the gateway (it takes milliseconds).
+EVENT_WAIT_S = 10.0
+
+
+@pytest.fixture
+async def app(settings: Settings, bus: EventBus, engine: Engine, role_tokens: None) -> FastAPI:
+    built = create_app(settings, bus, engine)
+    install_auth(built, settings, engine, bus)
+    return built
+
+
+@pytest.fixture
+async def http(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in asgi_client(app):
+        yield client
+
+
+def cache_of(app: FastAPI) -> TokenCache:
+    tokens = app.state.auth.tokens
+    assert isinstance(tokens, TokenCache)
+    return tokens
+
+
+async def whoami(http: httpx.AsyncClient, role: str) -> int:
+    return (await http.get("/v1/whoami", headers=as_role(role))).status_code
+
+
+async def test_a_token_is_looked_up_once_for_many_requests(
+    app: FastAPI, http: httpx.AsyncClient
+) -> None:
+    for _ in range(20):
+        assert await whoami(http, "viewer") == 200
+    assert await whoami(http, "engineer") == 200
+    assert cache_of(app).lookups == 2
+
+
+async def test_a_revocation_is_refused_as_its_event_arrives_before_the_projection(
+    app: FastAPI, http: httpx.AsyncClient, bus: EventBus, engine: Engine
+) -> None:
+    cache = cache_of(app)
+    cache.ttl_s = 3600.0  # only the event can end the cached entry here
+    assert await whoami(http, "viewer") == 200
+    await bus.publish(
+        envelope(
+            TokenRevoked(token_id="tok_viewer"), actor="tester", source="test", prefix=bus.prefix
+        )
+    )
+    deadline = asyncio.get_running_loop().time() + EVENT_WAIT_S
+    while await whoami(http, "viewer") == 200:
+        assert asyncio.get_running_loop().time() < deadline, "the revocation never took effect"
+        await asyncio.sleep(0.01)
+    # Nothing folded the event: Postgres still holds the token as active, the gateway refuses it.
+    with engine.connect() as conn:
+        revoked = conn.execute(
+            tables.tokens.select().where(tables.tokens.c.token_id == "tok_viewer")
+        ).one()
+    assert revoked.revoked is False
+    assert await whoami(http, "viewer") == 401
+    assert await whoami(http, "engineer") == 200  # the others stay valid
+
+
+async def test_a_revocation_without_event_takes_effect_within_the_ttl(
+    app: FastAPI, http: httpx.AsyncClient, engine: Engine
+) -> None:
+    cache = cache_of(app)
+    cache.ttl_s = 0.2
+    assert await whoami(http, "viewer") == 200
+    with engine.begin() as conn:  # a row changed by hand: no event tells the gateway
+        conn.execute(
+            update(tables.tokens)
+            .where(tables.tokens.c.token_id == "tok_viewer")
+            .values(revoked=True)
+        )
+    await asyncio.sleep(cache.ttl_s + 0.1)
+    assert await whoami(http, "viewer") == 401
+
+
+async def test_nothing_kept_is_trusted_after_the_connection_came_back(
+    app: FastAPI, http: httpx.AsyncClient, bus: EventBus
+) -> None:
+    cache = cache_of(app)
+    assert await whoami(http, "viewer") == 200
+    assert await whoami(http, "viewer") == 200
+    assert cache.lookups == 1
+    # A reconnection may have lost a revocation sent meanwhile: everything is looked up again.
+    bus.nc.stats["reconnects"] += 1
+    assert await whoami(http, "viewer") == 200
+    assert cache.lookups == 2
+    assert await whoami(http, "viewer") == 200
+    assert cache.lookups == 2
