@@ -76,15 +76,27 @@ def _exact(data: bytes) -> bool:
     return True
 
 
-def audit_record(seq: int, subject: str, data: bytes) -> dict[str, Any]:
-    """The audit record of one stored message, from its bytes alone (never from what Postgres
-    made of it), so that `verify_against_log` can recompute it. Never raises."""
+def parse_exact(data: bytes) -> Any:
+    """The JSON value of a stored message as orjson reads it; None when it is not JSON or holds
+    an integer past 64 bits (orjson would turn it into a float). Never raises."""
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
-        parsed = None
+        return None
     if _TWENTY_DIGITS in data.translate(_DIGITS) and not _exact(data):
-        parsed = None  # orjson would turn an integer past 64 bits into a float: keep the text
+        return None
+    return parsed
+
+
+_UNPARSED: Any = object()
+
+
+def audit_record(seq: int, subject: str, data: bytes, parsed: Any = _UNPARSED) -> dict[str, Any]:
+    """The audit record of one stored message, from its bytes alone (never from what Postgres
+    made of it), so that `verify_against_log` can recompute it. Never raises. `parsed` is
+    `parse_exact(data)` when the caller has it already (the projector parses each event once)."""
+    if parsed is _UNPARSED:
+        parsed = parse_exact(data)
     if (
         isinstance(parsed, dict)
         and ENVELOPE_KEYS.issuperset(parsed)

@@ -18,6 +18,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    PubAck,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -38,6 +39,7 @@ log = get_logger("bus")
 
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
 PUBLISH_RETRY_S = 15.0  # how long an unanswered append is retried (a leader election takes seconds)
+PUBLISH_ACK_WAIT_S = 5.0  # publish_many: how long a window's acks are awaited before a resend
 
 
 class ConcurrencyConflict(Exception):
@@ -54,6 +56,20 @@ class RawEvent:
 
 
 Handler = Callable[[Envelope, int], Awaitable[None]]
+
+_V1_ACK_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+
+
+def stream_sequence(msg: Msg) -> int:
+    """A JetStream message's stream sequence, read from its reply subject alone: `metadata`
+    parses every field into dataclasses (a tenth of the projector's time per event)."""
+    reply = msg.reply or ""
+    tokens = reply.split(".")
+    if reply.startswith("$JS.ACK.") and len(tokens) == _V1_ACK_TOKENS:
+        return int(tokens[5])
+    return int(msg.metadata.sequence.stream)  # the v2 form (domain, account hash): as nats-py
+
+
 T = TypeVar("T")
 
 
@@ -181,14 +197,45 @@ class EventBus:
                 continue
             return int(ack.seq)
 
-    async def publish_many(self, envs: Iterable[Envelope], window: int = 256) -> list[int]:
-        """Pipelined appends (up to `window` in flight); returns the sequences in order."""
+    async def publish_many(self, envs: Iterable[Envelope], window: int = 1024) -> list[int]:
+        """Appends with batched acknowledgements: up to `window` events sent at once, their acks
+        awaited together (no request, timer and task per event as `publish` has: about half
+        the client's time per event). Returns the sequences in order. An append unanswered
+        after PUBLISH_ACK_WAIT_S is sent again, the same event (its Nats-Msg-Id keeps a second
+        copy out), for up to PUBLISH_RETRY_S; a refusal (a wrong stream) raises."""
         pending = list(envs)
-        sequences: list[int] = []
+        sequences = [0] * len(pending)
         for start in range(0, len(pending), window):
-            chunk = pending[start : start + window]
-            sequences += await asyncio.gather(*(self.publish(env) for env in chunk))
+            await self._append_window(pending, sequences, range(start, start + window))
         return sequences
+
+    async def _append_window(
+        self, envs: list[Envelope], sequences: list[int], indexes: range
+    ) -> None:
+        deadline = asyncio.get_running_loop().time() + PUBLISH_RETRY_S
+        waiting = [i for i in indexes if i < len(envs)]
+        while waiting:
+            acks: dict[int, asyncio.Future[PubAck]] = {}
+            for i in waiting:
+                env = envs[i]
+                acks[i] = await self.js.publish_async(
+                    env.subject, env.to_json(), stream=self.stream, headers=self._headers(env, None)
+                )
+            await asyncio.wait(acks.values(), timeout=PUBLISH_ACK_WAIT_S)
+            waiting = []
+            for i, ack in acks.items():
+                if not ack.done():
+                    ack.cancel()
+                    waiting.append(i)
+                elif isinstance(ack.exception(), NoStreamResponseError):
+                    waiting.append(i)
+                else:
+                    sequences[i] = int(ack.result().seq)  # raises a refusal as it is
+            if waiting:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise NatsTimeout
+                log.warning("publish_retry", events=len(waiting))
+                await asyncio.sleep(0.25)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -272,7 +319,7 @@ class EventBus:
                     if info.num_pending == 0:
                         return
                     continue
-                events = [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
+                events = [RawEvent(stream_sequence(m), m.subject, m.data) for m in msgs]
                 kept = [e for e in events if e.seq <= stop_at]
                 if kept:
                     yield kept

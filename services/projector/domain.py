@@ -9,7 +9,7 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Table, func, literal
 from sqlalchemy.dialects.postgresql import JSONB
 
-from hpc_ds1.audit import audit_record
+from hpc_ds1.audit import audit_record, parse_exact
 from hpc_ds1.db import tables
 from hpc_ds1.events import (
     ApprovalDecided,
@@ -44,6 +44,7 @@ from hpc_ds1.events import (
     decode,
     typed,
 )
+from hpc_ds1.events.codec import envelope_of
 from hpc_ds1.fleet.tasks import ACTIVE, DONE, failure_reason
 
 
@@ -429,9 +430,12 @@ PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
 def fold(seq: int, subject: str, data: bytes) -> Folded:
     """Never raises: a malformed or unknown event still yields its raw row and audit record.
     Whether Postgres takes the rows is seen only when they are written (store.apply)."""
-    audit = audit_record(seq, subject, data)
+    # Parsed once: the audit record and (for an envelope of the usual shape) the envelope
+    # come from the same orjson parse, and pydantic validates only the event's own data.
+    parsed = parse_exact(data)
+    audit = audit_record(seq, subject, data, parsed)
     try:
-        env = decode(data, subject)
+        env = envelope_of(parsed, subject) or decode(data, subject)
     except MalformedEvent as error:
         text = data.decode("utf-8", errors="replace")
         raw = {

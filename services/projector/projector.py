@@ -19,7 +19,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import Engine, func, select
 
 from hpc_ds1.audit import ANCHOR_TYPE, AuditFile
-from hpc_ds1.bus import EventBus, RawEvent
+from hpc_ds1.bus import EventBus, RawEvent, stream_sequence
 from hpc_ds1.db import tables
 from hpc_ds1.events import AuditCheckpoint, envelope
 from hpc_ds1.log import get_logger
@@ -253,7 +253,7 @@ class Projector:
             msgs = await sub.fetch(self.batch, timeout=0.25)
         except (NatsTimeout, TimeoutError):
             return []
-        return [RawEvent(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
+        return [RawEvent(stream_sequence(m), m.subject, m.data) for m in msgs]
 
     async def _maybe_anchor(self, overdue: float = 1.0) -> None:
         """Anchor in the background (the fold never waits on it), one at a time."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
+from typing import Any
+
 from pydantic import ValidationError
 
 from .base import Envelope, Event
@@ -20,6 +24,43 @@ def decode(raw: bytes, subject: str | None = None) -> Envelope:
     if subject is not None and env.subject != subject:
         raise MalformedEvent(f"envelope subject {env.subject!r} != message subject {subject!r}")
     return env
+
+
+# What every envelope the services write looks like: each field present with its plain JSON
+# type and the time as `datetime.isoformat()` or pydantic write it. Such an envelope is built
+# from an already parsed message without validating it again; anything else goes through
+# `decode`, which accepts or refuses it as before.
+_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)?\Z")
+_TEXT_FIELDS = ("id", "type", "subject", "actor", "source")
+_KEYS = frozenset(Envelope.model_fields)
+_OPTIONAL = frozenset(("correlation_id", "causation_id"))
+_REQUIRED = _KEYS - _OPTIONAL
+
+
+def envelope_of(parsed: Any, subject: str) -> Envelope | None:
+    """The envelope of a message already parsed as JSON (orjson), when it has the exact shape
+    the services write and `subject` as its subject; None otherwise (then `decode` it)."""
+    if not isinstance(parsed, dict) or not _KEYS.issuperset(parsed):
+        return None
+    if not _REQUIRED.issubset(parsed) or parsed["subject"] != subject:
+        return None
+    for name in _TEXT_FIELDS:
+        if type(parsed[name]) is not str:
+            return None
+    for name in _OPTIONAL:
+        if parsed.get(name) is not None and type(parsed[name]) is not str:
+            return None
+    version, data, when = parsed["version"], parsed["data"], parsed["time"]
+    if type(version) is not int or version < 1 or type(data) is not dict:
+        return None
+    if type(when) is not str or not _ISO_TIME.match(when):
+        return None
+    try:
+        time = datetime.fromisoformat(when)
+    except ValueError:
+        return None
+    fields = {**parsed, "time": time if time.tzinfo else time.replace(tzinfo=UTC)}
+    return Envelope.model_construct(**fields)
 
 
 def typed(env: Envelope) -> Event | None:
