@@ -25,6 +25,16 @@ async def test_a_retried_publish_is_stored_once(bus: EventBus) -> None:
     assert await bus.last_sequence() == 1
 
 
+async def test_publish_many_appends_in_order_and_a_resend_is_stored_once(bus: EventBus) -> None:
+    envs = [registered(bus, f"dev-{i}") for i in range(50)]
+    sequences = await bus.publish_many(envs, window=16)  # acknowledged 16 at a time
+    assert sequences == list(range(1, 51))
+    assert await bus.publish_many(envs[10:20], window=4) == list(range(11, 21))
+    assert await bus.last_sequence() == 50
+    stored = [e async for chunk in bus.replay() for e in chunk]
+    assert [e.subject for e in stored] == [env.subject for env in envs]
+
+
 async def test_concurrent_writers_on_one_aggregate_exactly_one_wins(bus: EventBus) -> None:
     await bus.publish(registered(bus))
     version = await bus.aggregate_version("device", "dev-1")
