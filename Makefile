@@ -8,7 +8,7 @@ export CONSOLE_SCREENS ?= $(CURDIR)/build/console-screens
 SCREENS := $(CONSOLE_SCREENS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser slurm run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console clean
+.PHONY: help install browser slurm run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -78,6 +78,12 @@ bench-fleet-faults: $(STAMP) ## as root: kill -9 an agent / cut its link mid-tas
 
 bench-longpoll: $(STAMP) ## one gateway, 1,000 long-polling agents: dispatch latency p50/p99 and CPU
 	$(BIN)/python benchmarks/bench_longpoll.py
+
+bench-replicas: $(STAMP) ## two gateways, decisions, projectors as processes: kill -9 one of each mid-load, 10 rounds: nothing lost or doubled
+	$(BIN)/python benchmarks/bench_replicas.py --rounds 10
+
+bench-serve-modes: $(STAMP) ## `serve` with its services in one process vs each its own: decide p50/p99, requests/s (1 and 8 clients)
+	$(BIN)/python benchmarks/bench_serve_modes.py 1000 --rounds 2
 
 bench-console: $(STAMP) ## the console's first view with 100,000 events in the log (HTTP and a real browser)
 	$(BIN)/python benchmarks/bench_console.py 100000

@@ -8,6 +8,7 @@ import time
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..children import run_children
 from ..credentials import (
     cli_token_path,
     current_join_token,
@@ -30,16 +31,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8765)")
+    parser.add_argument(
+        "--single-process",
+        action="store_true",
+        help="run every service in this one process (default: each service in its own "
+        "process, as `hpc-ds1 service NAME`; faster with several cores)",
+    )
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     settings = load_settings(host=args.host, port=args.port, home=args.home)
-    return serve(settings, SERVICES)
+    return serve(settings, SERVICES, single_process=args.single_process)
 
 
-def serve(settings: Settings, services: tuple[str, ...]) -> int:
+def serve(settings: Settings, services: tuple[str, ...], single_process: bool = False) -> int:
     started = time.monotonic()
     shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
     url = f"http://{shown_host}:{settings.port}/"
@@ -62,7 +69,7 @@ def serve(settings: Settings, services: tuple[str, ...]) -> int:
                 )
                 if settings.host.startswith("127.") or settings.host in ("localhost", "::1"):
                     print("            (this machine only: `serve --host 0.0.0.0` for others)")
-            asyncio.run(_serve(settings, services, ends, started))
+            asyncio.run(_serve(settings, services, ends, started, single_process))
     except RuntimeError as error:
         raise UsageError(str(error)) from None
     return 0
@@ -80,10 +87,18 @@ def _join_token(settings: Settings, ends: Endpoints) -> str:
 
 
 async def _serve(
-    settings: Settings, services: tuple[str, ...], ends: Endpoints, started: float
+    settings: Settings,
+    services: tuple[str, ...],
+    ends: Endpoints,
+    started: float,
+    single_process: bool,
 ) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    # Each service connects with its own credentials; the database as the application role.
-    await run_services(services, settings, ends.nats_url_for, ends.app_database_url(), stop)
+    if single_process:
+        # Each service connects with its own credentials; the database as the application role.
+        await run_services(services, settings, ends.nats_url_for, ends.app_database_url(), stop)
+    else:
+        # Each its own process, attached to this home as `hpc-ds1 service NAME` is.
+        await run_children(services, settings, stop)
     print(f"stopped after {time.monotonic() - started:.1f} s; data kept in {settings.home}")
