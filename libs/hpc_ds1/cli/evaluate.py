@@ -13,7 +13,7 @@ import orjson
 from tqdm import tqdm
 
 from ..settings import Settings
-from . import PreconditionError, UsageError
+from . import CommandFailed, PreconditionError, UsageError
 from .common import add_home_argument, load_settings, run_campaign, show_progress
 
 
@@ -216,8 +216,8 @@ async def _evaluate(
                     truth=None if args.no_truth else truth_rows,
                     truth_repeats=eval_profile.truth_repeats,
                 )
-            except EvaluationError as error:
-                raise UsageError(str(error)) from None
+            except EvaluationError as error:  # the data cannot be scored: a failure (1)
+                raise CommandFailed(str(error)) from None
         results = evaluation.results
         results["profile"] = profile
         results["held_out_set"] = "final" if args.final else "development"
