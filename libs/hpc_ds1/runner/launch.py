@@ -26,6 +26,14 @@ SRUN_MPI = "pmi2"
 JOB_NAME = "hpc-ds1-run"
 
 
+# The MPICH wheel is the `mpich` extra (a site may have its own MPI): without either, say so.
+NO_MPI = (
+    "no MPI found ({mpiexec} is not installed): install the `mpich` extra "
+    "(pip install 'hpc-ds1[mpich]'), or load your site's MPI module (e.g. `module load mpich`) "
+    "or set HPC_DS1_MPIEXEC to its mpiexec, or use --launcher srun inside Slurm"
+)
+
+
 class LauncherError(ValueError):
     """A launcher that cannot be used here (unknown, or its program is not installed)."""
 
@@ -54,6 +62,8 @@ def check(launcher: str) -> Launcher:
         raise LauncherError(f"launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
     if launcher == "srun" and shutil.which("srun") is None:
         raise LauncherError("launcher srun: srun is not on PATH (is this a Slurm login node?)")
+    if launcher == "mpiexec" and shutil.which(mpiexec_path()) is None:
+        raise LauncherError(NO_MPI.format(mpiexec=mpiexec_path()))
     return launcher  # type: ignore[return-value]
 
 
