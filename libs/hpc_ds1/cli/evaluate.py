@@ -169,9 +169,11 @@ async def _evaluate(
             dynamic_ncols=True,
             disable=not show_progress(),
         ) as bar:
+            shown: list[str] = []  # a disabled bar (no terminal) keeps no description
 
             def progress(phase: str, done: int, total: int) -> None:
-                if bar.desc != phase:
+                if shown[-1:] != [phase]:
+                    shown.append(phase)
                     bar.reset(total=total)
                     bar.set_description_str(phase)
                 bar.update(done - bar.n)
