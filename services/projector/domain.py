@@ -73,6 +73,12 @@ class Folded:
     data: bytes = b""  # the stored message, kept whole if Postgres refuses its rows
 
 
+def _fields(e: Event) -> dict[str, Any]:
+    """An event's fields by name. Not `dict(e)`: dict() first asks the model for `keys`, and
+    pydantic's failing attribute lookup made that ~25 times slower (a tenth of the fold)."""
+    return dict(e.__dict__)
+
+
 def _device_registered(seq: int, env: Envelope, e: DeviceRegistered) -> list[Write]:
     row = {
         "device_id": e.device_id,
@@ -250,22 +256,22 @@ def _task_failed(seq: int, env: Envelope, e: TaskFailed) -> list[Write]:
 
 
 def _measurement(seq: int, env: Envelope, e: MeasurementRecorded) -> list[Write]:
-    return [Write(tables.measurements, "insert", {**dict(e), "time": env.time, "seq": seq})]
+    return [Write(tables.measurements, "insert", {**_fields(e), "time": env.time, "seq": seq})]
 
 
 def _model(seq: int, env: Envelope, e: ModelPublished) -> list[Write]:
-    return [Write(tables.models, "insert", {**dict(e), "published_at": env.time, "seq": seq})]
+    return [Write(tables.models, "insert", {**_fields(e), "published_at": env.time, "seq": seq})]
 
 
 def _evaluation(seq: int, env: Envelope, e: EvaluationPublished) -> list[Write]:
-    row = {**dict(e), "published_at": env.time, "seq": seq}
+    row = {**_fields(e), "published_at": env.time, "seq": seq}
     return [Write(tables.evaluations, "insert", row)]
 
 
 def _decision(seq: int, env: Envelope, e: DecisionMade) -> list[Write]:
     auto = e.mode == "auto"
     row = {
-        **dict(e),
+        **_fields(e),
         "actor": env.actor,
         "approved_by": "auto" if auto else None,
         "approval": "auto" if auto else None,
@@ -356,7 +362,7 @@ def _finished(seq: int, env: Envelope, e: SessionFinished) -> list[Write]:
 
 def _approval_requested(seq: int, env: Envelope, e: ApprovalRequested) -> list[Write]:
     row = {
-        **dict(e),
+        **_fields(e),
         "status": "waiting",
         "requested_at": env.time,
         "decided_by": None,
@@ -389,7 +395,13 @@ def _approval_decided(seq: int, env: Envelope, e: ApprovalDecided) -> list[Write
 
 
 def _token_created(seq: int, env: Envelope, e: TokenCreated) -> list[Write]:
-    row = {**dict(e), "created_by": env.actor, "created_at": env.time, "revoked": False, "seq": seq}
+    row = {
+        **_fields(e),
+        "created_by": env.actor,
+        "created_at": env.time,
+        "revoked": False,
+        "seq": seq,
+    }
     return [Write(tables.tokens, "insert", row)]
 
 
