@@ -8,7 +8,7 @@ export CONSOLE_SCREENS ?= $(CURDIR)/build/console-screens
 SCREENS := $(CONSOLE_SCREENS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser slurm run test lint format typecheck pytest schemas bench bench-eventlog bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes clean
+.PHONY: help install browser slurm run test lint format typecheck pytest schemas bench bench-eventlog bench-decide-http bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ bench: bench-eventlog bench-kernels bench-faults bench-placement bench-fleet-sim
 
 bench-eventlog: $(STAMP) ## events/s publish→row and projection lag, both sync settings
 	$(BIN)/python benchmarks/bench_eventlog.py
+
+bench-decide-http: $(STAMP) ## POST /v1/decide through `serve`: p50/p99 (1 client), requests/s (8), CPU per request
+	$(BIN)/python benchmarks/bench_decide_http.py
 
 bench-kernels: $(STAMP) ## the numba kernels against library baselines
 	$(BIN)/python benchmarks/bench_kernels.py

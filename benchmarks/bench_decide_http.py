@@ -5,12 +5,18 @@ It starts the whole stack on embedded NATS and Postgres in a fresh temporary hom
 tiny real setup (gemm and montecarlo at small sizes) and trains the model, then:
   latency     one client, requests one after another: p50/p99 over N requests;
   throughput  C concurrent clients (httpx, keep-alive) for N requests: requests/s, p50/p99.
-Every request is a real decision: a decision event is appended to the log for each one."""
+Every request is a real decision: a decision event is appended to the log for each one.
+
+Options: `--home DIR` keeps the prepared home there and reuses it on the next run (no second
+setup and training); `--profile DIR` records py-spy flame graphs (SVG) of `serve` and its
+subprocesses during each measurement (needs py-spy, in the dev extra, and ptrace rights)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -20,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import psutil
 
 from hpc_ds1.credentials import read_cli_token
 from hpc_ds1.hardware import fingerprint
@@ -62,8 +69,59 @@ async def prepare(settings: Settings) -> None:
             raise SystemExit(f"training failed: {answer.get('error')}")
 
 
+def cpu_by_process(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by `serve` and each process under it, by name:
+    a figure that other load on the machine inflates far less than latency."""
+    root = psutil.Process(pid)
+    used: dict[str, float] = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            command = process.cmdline()
+        except psutil.Error:
+            continue
+        name = command[-1] if "service" in command else Path(command[0]).name
+        used[name] = used.get(name, 0.0) + times.user + times.system
+    return used
+
+
+def cpu_per_request(before: dict[str, float], after: dict[str, float], n: int) -> str:
+    spent = {k: after[k] - before.get(k, 0.0) for k in after}
+    total = sum(spent.values())
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:4]
+    parts = ", ".join(f"{k} {1000 * v / n:.2f}" for k, v in top)
+    return f"CPU {1000 * total / n:.2f} ms/request ({parts})"
+
+
+def profiler(pid: int, out: Path | None, name: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling `serve` (and any process it starts) until stopped with SIGINT."""
+    if out is None:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).parent / "py-spy"
+    command = [str(spy), "record", "--pid", str(pid), "--subprocesses", "--rate", "250"]
+    return subprocess.Popen(
+        [*command, "--format", "flamegraph", "--output", str(out / f"{name}.svg"), "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def stop_profiler(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is None:
+        return
+    spy.send_signal(signal.SIGINT)  # py-spy writes the flame graph on SIGINT
+    _, err = spy.communicate(timeout=120)
+    if spy.returncode not in (0, -signal.SIGINT):
+        print(f"py-spy failed ({spy.returncode}): {err.decode()[-500:]}", file=sys.stderr)
+
+
 async def measure(
-    url: str, n: int, clients: int, headers: dict[str, str]
+    url: str,
+    n: int,
+    clients: int,
+    headers: dict[str, str],
+    spy: tuple[int, Path | None, str] | None = None,
 ) -> tuple[list[float], float]:
     latencies: list[float] = []
     queue = iter(range(n))
@@ -80,21 +138,30 @@ async def measure(
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30, headers=headers) as http:
         for _ in range(50):  # warm-up: connections, model load, caches
             await http.post("/v1/decide", json=BODY)
-        started = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(clients)))
-        elapsed = time.perf_counter() - started
+        recorder = profiler(*spy) if spy else None
+        try:
+            started = time.perf_counter()
+            await asyncio.gather(*(client(http) for _ in range(clients)))
+            elapsed = time.perf_counter() - started
+        finally:
+            stop_profiler(recorder)
     return latencies, elapsed
 
 
-async def main(n: int) -> None:
-    home = Path(tempfile.mkdtemp(prefix="hpcds1-bench-decide-"))
+async def main(n: int, kept: Path | None, profile: Path | None, extra: list[str]) -> None:
+    home = kept or Path(tempfile.mkdtemp(prefix="hpcds1-bench-decide-"))
     settings = Settings(home=home, port=free_port(), log_level="warning")
-    print(f"preparing: tiny real setup + training in {home} ...", flush=True)
-    started = time.perf_counter()
-    await prepare(settings)
-    print(f"  ready in {time.perf_counter() - started:.0f} s", flush=True)
+    if kept is not None and (home / PREPARED).exists():
+        print(f"reusing the prepared home {home}", flush=True)
+    else:
+        print(f"preparing: tiny real setup + training in {home} ...", flush=True)
+        started = time.perf_counter()
+        await prepare(settings)
+        (home / PREPARED).touch()
+        print(f"  ready in {time.perf_counter() - started:.0f} s", flush=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
     env.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(settings.port), HPC_DS1_LOG_LEVEL="warning")
+    env.update(item.partition("=")[::2] for item in extra)
     serve = subprocess.Popen(
         [str(Path(sys.executable).parent / "hpc-ds1"), "serve"],
         env=env,
@@ -110,8 +177,11 @@ async def main(n: int) -> None:
                 await asyncio.sleep(0.2)
             # Every call carries a credential: the home's own CLI token, as the CLI sends it.
             headers = await _home_credential(http, home)
-        one, _ = await measure(url, n, 1, headers)
-        many, elapsed = await measure(url, n, 8, headers)
+        cpu_start = cpu_by_process(serve.pid)
+        one, _ = await measure(url, n, 1, headers, (serve.pid, profile, "decide-1-client"))
+        cpu_one = cpu_by_process(serve.pid)
+        many, elapsed = await measure(url, n, 8, headers, (serve.pid, profile, "decide-8-clients"))
+        cpu_many = cpu_by_process(serve.pid)
     finally:
         serve.terminate()
         serve.wait(60)
@@ -121,11 +191,13 @@ async def main(n: int) -> None:
     )
     print(
         f"  1 client : p50 {1000 * statistics.median(one):.2f} ms  "
-        f"p99 {1000 * percentile(one, 0.99):.2f} ms  ({n / sum(one):.0f} requests/s)"
+        f"p99 {1000 * percentile(one, 0.99):.2f} ms  ({n / sum(one):.0f} requests/s)  "
+        f"{cpu_per_request(cpu_start, cpu_one, n + 50)}"
     )
     print(
         f"  8 clients: p50 {1000 * statistics.median(many):.2f} ms  "
-        f"p99 {1000 * percentile(many, 0.99):.2f} ms  {n / elapsed:.0f} requests/s"
+        f"p99 {1000 * percentile(many, 0.99):.2f} ms  {n / elapsed:.0f} requests/s  "
+        f"{cpu_per_request(cpu_one, cpu_many, n + 50)}"
     )
 
 
@@ -147,5 +219,22 @@ async def _ready(http: httpx.AsyncClient) -> bool:
         return False
 
 
+PREPARED = "bench-decide-prepared"  # marks a home whose setup and training are done
+
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("n", type=int, nargs="?", default=2000, help="requests per measurement")
+    parser.add_argument("--home", type=Path, help="keep (and reuse) the prepared home here")
+    parser.add_argument("--profile", type=Path, help="write py-spy flame graphs (SVG) here")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for `serve` (e.g. HPC_DS1_TOKEN_CACHE_S=0: the gateway's token cache "
+        "off, for a before/after in one run)",
+    )
+    args = parser.parse_args()
+    if any("=" not in item for item in args.env):
+        parser.error("--env takes NAME=VALUE")
+    asyncio.run(main(args.n, args.home, args.profile, args.env))

@@ -2,16 +2,22 @@
 sync settings. Run: `make bench-eventlog` (or `python benchmarks/bench_eventlog.py [N]`).
 
 For each setting it starts an embedded nats-server and measures, in one run:
-  raw ceiling   pipelined JetStream publishes/s, then pull fetch(500)+ack/s (no Postgres);
+  raw ceiling   JetStream publishes/s (EventBus.publish_many: 512 sent at once, their
+                acknowledgements awaited together), then pull fetch(500)+ack/s (no Postgres);
   end to end    events/s from the first publish until the projector's checkpoint, committed in
                 Postgres, covers the last event; the projector runs as its own process
                 (`hpc-ds1 service projector`), as in docker-compose;
   lag           per event: the first poll (every 5 ms) that sees its sequence committed, minus
                 the moment its publish was sent; p50/p99 over all events.
-Postgres is the embedded one (pgserver), durable settings (fsync on)."""
+Postgres is the embedded one (pgserver), durable settings (fsync on).
+
+Options: `--sync always|default` measures one setting only; `--no-serve` skips the `serve`
+start-up figures; `--profile DIR` records a py-spy flame graph (SVG) of the projector process
+during each end-to-end measurement (needs py-spy, in the dev extra, and ptrace rights)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -24,6 +30,7 @@ import warnings
 from pathlib import Path
 
 import httpx
+import psutil
 from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 
@@ -73,7 +80,7 @@ async def raw_ceiling(url: str, n: int) -> tuple[float, float]:
     bus = await EventBus.connect(settings, url, "bench-raw")
     events = make_events("raw", n)
     started = time.perf_counter()
-    await bus.publish_many(events)
+    await bus.publish_many(events, window=512)
     publish_rate = n / (time.perf_counter() - started)
     sub = await bus.js.pull_subscribe("raw.>", durable="ceiling", stream="RAW")
     got = 0
@@ -91,7 +98,32 @@ async def raw_ceiling(url: str, n: int) -> tuple[float, float]:
     return publish_rate, fetch_rate
 
 
-async def end_to_end(url: str, server_url: str, n: int, home: Path) -> dict[str, float]:
+def profiler(pid: int, out: Path | None, name: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the projector until stopped with SIGINT (it then writes the SVG)."""
+    if out is None:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).parent / "py-spy"
+    command = [str(spy), "record", "--pid", str(pid), "--rate", "250", "--nonblocking"]
+    return subprocess.Popen(
+        [*command, "--format", "flamegraph", "--output", str(out / f"{name}.svg")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def stop_profiler(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is None:
+        return
+    spy.send_signal(signal.SIGINT)
+    _, err = spy.communicate(timeout=120)
+    if spy.returncode not in (0, -signal.SIGINT):
+        print(f"py-spy failed ({spy.returncode}): {err.decode()[-500:]}", file=sys.stderr)
+
+
+async def end_to_end(
+    url: str, server_url: str, n: int, home: Path, profile: Path | None = None
+) -> dict[str, float]:
     db_url = fresh_database(server_url, home.name.replace("-", "_"))
     settings = Settings(
         stream="E2E", subject_prefix="e2e", nats_url=url, database_url=db_url, home=home
@@ -112,8 +144,17 @@ async def end_to_end(url: str, server_url: str, n: int, home: Path) -> dict[str,
         [str(Path(sys.executable).parent / "hpc-ds1"), "service", "projector"], env=env
     )
     try:
-        await asyncio.sleep(2.0)  # let it connect and subscribe before the clock starts
-        return await _publish_and_watch(bus, engine, projector, make_events("e2e", n))
+        await _started(engine, projector)
+        spy = profiler(projector.pid, profile, f"projector-{home.name}")
+        before = _cpu_s(projector.pid)
+        try:
+            result = await _publish_and_watch(bus, engine, projector, make_events("e2e", n))
+        finally:
+            stop_profiler(spy)
+        # CPU per event: what the projector's own work costs, which other load on the machine
+        # inflates far less than it inflates events/s.
+        result["projector_cpu_us"] = 1e6 * (_cpu_s(projector.pid) - before) / n
+        return result
     finally:
         projector.terminate()
         projector.wait(30)
@@ -121,6 +162,24 @@ async def end_to_end(url: str, server_url: str, n: int, home: Path) -> dict[str,
         await bus.js.delete_stream(settings.dead_letter_stream)
         await bus.close()
         engine.dispose()
+
+
+async def _started(engine: Engine, projector: subprocess.Popen[bytes]) -> None:
+    """Until the projector has read its checkpoint (it writes the row the first time), and a
+    second more to subscribe: its start-up (imports) stays out of the clock and the profile."""
+    for _ in range(1200):
+        if projector.poll() is not None:
+            raise RuntimeError(f"the projector exited with status {projector.returncode}")
+        with engine.connect() as conn:
+            if conn.execute(select(tables.checkpoints.c.last_seq)).first() is not None:
+                break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)
+
+
+def _cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 async def _publish_and_watch(
@@ -139,7 +198,8 @@ async def _publish_and_watch(
         while last < n:
             if projector.poll() is not None:
                 raise RuntimeError(f"the projector exited with status {projector.returncode}")
-            current = await asyncio.to_thread(checkpoint)
+            # The projector may append an audit anchor of its own past the last event.
+            current = min(n, await asyncio.to_thread(checkpoint))
             now = time.perf_counter()
             for seq in range(last + 1, current + 1):
                 seen_at[seq] = now
@@ -148,13 +208,13 @@ async def _publish_and_watch(
 
     poller = asyncio.create_task(poll())
     started = time.perf_counter()
-    window = 256
+    window = 512  # events sent at once, their acknowledgements awaited together
     for start in range(0, n, window):
         chunk = events[start : start + window]
         now = time.perf_counter()
         for i in range(len(chunk)):
             sent_at[start + i + 1] = now
-        await asyncio.gather(*(bus.publish(e) for e in chunk))
+        await bus.publish_many(chunk, window=window)
     published = time.perf_counter()
     await poller
     finished = time.perf_counter()
@@ -194,7 +254,13 @@ def serve_start(home: Path) -> float:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("n", type=int, nargs="?", default=50_000, help="events per measurement")
+    parser.add_argument("--sync", choices=("always", "default"), help="only this sync setting")
+    parser.add_argument("--no-serve", action="store_true", help="skip the serve start-up figure")
+    parser.add_argument("--profile", type=Path, help="write py-spy flame graphs (SVG) here")
+    args = parser.parse_args()
+    n = args.n
     root = Path(tempfile.mkdtemp(prefix="hpcds1-bench-"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -203,15 +269,15 @@ def main() -> None:
     print(f"event log benchmark: {n} events per measurement, {os.cpu_count()} CPUs")
     print(
         f"{'setting':<18}{'raw pub/s':>11}{'raw fetch+ack/s':>17}{'e2e events/s':>14}"
-        f"{'of ceiling':>12}{'lag p50':>10}{'lag p99':>10}"
+        f"{'of ceiling':>12}{'lag p50':>10}{'lag p99':>10}{'projector CPU':>15}"
     )
     try:
-        for sync in ("always", "default"):
+        for sync in (args.sync,) if args.sync else ("always", "default"):
             nats = EmbeddedNats(root / f"nats-{sync}", sync=sync)
             url = nats.start()
             try:
                 pub, fetch = asyncio.run(raw_ceiling(url, n))
-                e2e = asyncio.run(end_to_end(url, db_url, n, root / f"home-{sync}"))
+                e2e = asyncio.run(end_to_end(url, db_url, n, root / f"home-{sync}", args.profile))
             finally:
                 nats.stop()
             ceiling = min(pub, fetch)
@@ -219,17 +285,22 @@ def main() -> None:
             print(
                 f"{label:<18}{pub:>11,.0f}{fetch:>17,.0f}{e2e['e2e_per_s']:>14,.0f}"
                 f"{e2e['e2e_per_s'] / ceiling:>11.0%} {e2e['lag_p50_ms']:>7.0f} ms"
-                f"{e2e['lag_p99_ms']:>7.0f} ms"
+                f"{e2e['lag_p99_ms']:>7.0f} ms{e2e['projector_cpu_us']:>9.0f} us/ev"
             )
     finally:
         pg.stop()
+    print(
+        "ceiling = min(raw publish, raw fetch+ack); lag = commit seen - publish sent; "
+        "projector CPU = its user+system seconds during the run / events"
+    )
+    if args.no_serve:
+        return
     cold = serve_start(root / "serve-home")
     warm = serve_start(root / "serve-home")
     print(
         f"hpc-ds1 serve to /readyz OK (embedded NATS + Postgres): cold {cold:.2f} s "
         f"(new home), warm {warm:.2f} s (existing home)"
     )
-    print("ceiling = min(raw publish, raw fetch+ack); lag = commit seen - publish sent")
 
 
 if __name__ == "__main__":
