@@ -102,6 +102,29 @@ def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
             timeout=120,
         )
         assert decide.returncode != 0 and "answered 409" in decide.stderr, decide.stderr
+        # `status` finds the server, which answers and knows this machine's device; POST
+        # /v1/recommend of the server says there is no model yet: a missing precondition (3).
+        status = subprocess.run(
+            [HPC_DS1, "status", "--json"],
+            env={**env, "HPC_DS1_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert status.returncode == 0, status.stderr
+        found = json.loads(status.stdout)
+        assert found["server"]["url"].rstrip("/") == url and found["server"]["answers"]
+        assert found["server"]["devices"] >= 1 and found["model"] is None
+        assert "hpc-ds1 setup --quick" in found["next_step"]
+        recommend = subprocess.run(
+            [HPC_DS1, "recommend", "--server", url, *"--workload gemm --size 64".split()],
+            env={**env, "HPC_DS1_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert recommend.returncode == 3, recommend.stderr
+        assert "answered 409" in recommend.stderr and "no model" in recommend.stderr
         owner = json.loads((home / "owner.json").read_text())
         assert not owner["nats_url"].endswith(":4222")
     finally:
