@@ -68,6 +68,11 @@ class Endpoints:
     home: str | None = None
     embedded_nats: bool = False
     embedded_postgres: bool = False
+    # The log's stream and subject prefix, so a process of the same home with other settings
+    # (a Python program calling hpc_ds1.load()) appends where the server reads. None: written
+    # by an earlier version (the defaults).
+    stream: str | None = None
+    subject_prefix: str | None = None
     # External servers' URLs as configured (credentials included); never written to owner.json.
     external_nats_url: str | None = field(default=None, repr=False)
     external_database_url: str | None = field(default=None, repr=False)
@@ -190,6 +195,8 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
             embedded_postgres=pg is not None,
             external_nats_url=None if nats is not None else nats_url,
             external_database_url=None if pg is not None else database_url,
+            stream=settings.stream,
+            subject_prefix=settings.subject_prefix,
         )
         # Migrations run as the application role, so it owns every table they create.
         engine = make_engine(endpoints.app_database_url(), pool_size=1)

@@ -43,6 +43,13 @@ def _phi(x: float) -> float:
 
 
 class Model:
+    """One machine's model: `decide` (System 2, the next move from a job's state), `recommend`
+    (System 1, the whole configuration before anything runs), `observe` (one real run).
+
+    Built from ONNX bytes alone it describes the training machine; `hpc_ds1.load()` also ties it
+    to the machine it runs on (`host`: the hardware guard and the configuration space use it) and
+    to a home (`observe` queues on its device lock; decisions go to its log)."""
+
     def __init__(self, data: bytes, thresholds: Thresholds | None = None) -> None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
@@ -79,6 +86,17 @@ class Model:
         self._spaces: dict[tuple[str, int, int], ConfigSpace] = {}
         self._neighbours: dict[tuple[ConfigSpace, Config], dict[str, Config]] = {}
         self._base_rows: dict[tuple[str, int, Config], list[float]] = {}
+        self.host: Any = None  # the Fingerprint of the machine this process runs on (bind)
+        self.home: Path | None = None
+        self._log: Any = None  # a decision_log.DecisionLog (bind)
+
+    def bind(self, host: Any, home: Path | None = None, log: Any = None) -> Model:
+        """Tie the model to the machine it runs on and to a home: without an explicit
+        `fingerprint`, decisions and recommendations are made for `host` (a model copied from
+        another machine is flagged by the hardware guard; the space is the allocation's);
+        `observe` holds `home`'s device lock; `log` (a DecisionLog) appends each decision."""
+        self.host, self.home, self._log = host, home, log
+        return self
 
     @classmethod
     def from_onnx(cls, data: bytes, thresholds: Thresholds | None = None) -> Model:
@@ -168,10 +186,10 @@ class Model:
         return found
 
     def _base(self, workload: str, size: int, config: Config, fingerprint: Any) -> list[float]:
-        if fingerprint is None:
+        machine = None if fingerprint is None else ft.machine_vector(fingerprint)
+        if machine is None or machine == self._machine:
             return self._base_row(workload, size, config)
         work, _ = self._work(workload, size)
-        machine = ft.machine_vector(fingerprint)
         return ft.row(work, config, self._tiles_of(workload), machine)[: ft.N_BASE]
 
     # --- guard ----------------------------------------------------------------------------
@@ -201,6 +219,7 @@ class Model:
     ) -> Decision:
         """The next move for `state`, in one forward pass. Row 0 is the state; the other rows
         are its feasible neighbours (runtime predictions only)."""
+        fingerprint = self.host if fingerprint is None else fingerprint
         reasons, explained = self._guard(state.workload, state.size, fingerprint)
         space = space or self.space_for(state.workload, fingerprint)
         problem = space.problem(state.config)
@@ -227,7 +246,7 @@ class Model:
         mode, why = (thresholds or self.thresholds).mode(confidence, reasons)
         runtimes = {m: float(10.0 ** runtime[i + 1, 0]) for i, m in enumerate(moves)}
         runtimes[STOP] = float(10.0 ** runtime[0, 0])
-        return Decision(
+        decision = Decision(
             choice=choice,
             confidence=min(max(confidence, 0.0), 1.0),
             mode=mode,
@@ -239,6 +258,20 @@ class Model:
             distance=float(distance[0]),
             distance_threshold=self.distance_threshold,
         )
+        return decision if self._log is None else self._logged(state, decision, fingerprint)
+
+    def _logged(self, state: State, decision: Decision, fingerprint: Any) -> Decision:
+        """`decision`, appended to the home's log (with its id) when a server runs there."""
+        if fingerprint is None:
+            device_id = self.device_id
+        else:
+            device_id = (
+                fingerprint["device_id"] if isinstance(fingerprint, dict) else fingerprint.device_id
+            )
+        event = self._log.event(device_id=device_id, state=state, decision=decision)
+        if not self._log.record(event):
+            return decision
+        return decision.model_copy(update={"decision_id": event.decision_id})
 
     # --- runtime model / System 1 ---------------------------------------------------------
     def predict_runtimes(
@@ -267,6 +300,7 @@ class Model:
         leave-one-size-out error as Gaussian noise in log10 runtime."""
         if size <= 0:
             raise ValueError(f"size must be a positive integer, not {size}")
+        fingerprint = self.host if fingerprint is None else fingerprint
         reasons, explained = self._guard(workload, size, fingerprint)
         space = space or self.space_for(workload, fingerprint)
         configs = space.configs()
@@ -318,7 +352,7 @@ class Model:
                 {"workload": workload, "size": size, "config": values}
             ).config
         space = ConfigSpace.for_device(workload=workload).runnable()
-        with device_lock(Settings().home):
+        with device_lock(self.home or Settings().home):
             result = run(workload, size, cfg, repeats=repeats, space=space)
         if not result.ok or result.runtime_s is None:
             raise ObservationFailed(

@@ -99,6 +99,10 @@ class Thresholds(BaseModel):
 
 
 class Decision(BaseModel):
+    """System 2's answer for a job's state: the next move (`choice`, STOP when none helps), its
+    `confidence`, the `mode` it maps to (auto, confirm, escalate) with the guard's `reasons`, the
+    probability of every feasible move and the predicted runtime after each."""
+
     model_config = ConfigDict(frozen=True)
     choice: str
     confidence: float = Field(ge=0, le=1)
@@ -110,6 +114,8 @@ class Decision(BaseModel):
     predicted_runtimes_s: dict[str, float] = Field(default_factory=dict)  # per feasible move
     distance: float | None = None  # from the training data, standardized feature space
     distance_threshold: float | None = None
+    # Its id in the home's log, when it was appended there (hpc_ds1.load() with a server).
+    decision_id: str | None = None
 
     @field_validator("choice")
     @classmethod
