@@ -40,6 +40,8 @@ def test_shared_filesystems_get_a_home_per_host(tmp_path: Path) -> None:
     assert a == home / "hosts" / "node01.cluster" and b == home / "hosts" / "node02.cluster"
     # Handed on resolved (a child process's environment), it stays where it is.
     assert per_host_home(a, mode="auto", fstype="nfs4", hostname="node01.cluster") == a
+    # Another host's home, named on purpose (a partition agent's, from a compute node), too.
+    assert per_host_home(a, mode="auto", fstype="nfs4", hostname="node17") == a
     assert per_host_home(home, mode="auto", fstype="ext4", hostname="n1") == home
     assert per_host_home(home, mode="auto", fstype=None, hostname="n1") == home
     assert per_host_home(home, mode="always", fstype="ext4", hostname="n1") == home / "hosts/n1"

@@ -18,7 +18,10 @@ measured what.
 `HPC_DS1_HOME_PER_HOST`: `auto` (the default: per host on a network or cluster filesystem),
 `always`, or `never` (one home, as before: for a shared home that only one node ever uses).
 A home that an earlier version already filled at its top level keeps being used as it is (with
-a warning when it is on a shared filesystem), so nothing it holds disappears."""
+a warning when it is on a shared filesystem), so nothing it holds disappears. A home named
+`.../hosts/<name>` is used as it is, from any host: to work in another host's home on purpose
+(e.g. `srun -p compute hpc-ds1 setup` into a partition agent's home on the login node), give its
+path."""
 
 from __future__ import annotations
 
@@ -88,9 +91,11 @@ def per_host_home(home: Path, *, mode: str, fstype: str | None, hostname: str) -
         raise ValueError(
             f"{MODE_VARIABLE}={mode!r} is not accepted; use one of: {', '.join(MODES)}"
         )
+    if home.parent.name == HOSTS_DIR:
+        # Already a host's home: this host's, handed on resolved to a child process, or another
+        # host's named on purpose (a Slurm partition agent's home, measured from a node).
+        return home
     key = host_key(hostname)
-    if home.parent.name == HOSTS_DIR and home.name == key:
-        return home  # already this host's (a child process handed the resolved home)
     shared = fstype is not None and fstype in SHARED_FILESYSTEMS
     if mode == "never" or (mode == "auto" and not shared):
         return home
