@@ -333,7 +333,7 @@ class SessionRunner:
         await self.append(
             SessionStepRun(
                 session_id=self.session_id,
-                step=s.pending.step,
+                step=s.runs,  # every run its own step: steps count the runs
                 move=s.pending.move,
                 config=config.model_dump(),
                 status=result["status"],

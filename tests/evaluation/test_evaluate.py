@@ -28,7 +28,7 @@ def test_every_policy_replays_every_start_on_the_measured_landscape(
     cells, _ = build_cells([m for m in measurements if m.held_out], model.space_for)
     assert r["landscape"]["cells"] == len(cells) == sum(len(s) for s in HELD_OUT.values())
     table = {row["policy"]: row for row in r["sessions"]["table"]}
-    assert set(table) == {"model", "greedy", "random", "optuna_tpe", "exhaustive"}
+    assert set(table) == {"model", "model_transfer", "greedy", "random", "optuna_tpe", "exhaustive"}
     starts = sum(len(c.points) for c in cells)
     assert {row["sessions"] for row in table.values()} == {starts}  # same starts for all
     assert table["exhaustive"]["pct_median"] == 100.0
@@ -48,8 +48,16 @@ def test_every_policy_replays_every_start_on_the_measured_landscape(
 def test_system1_guard_and_calibration_tables(evaluation: Evaluation) -> None:
     r = evaluation.results
     s1 = {row["key"]: row for row in r["system1"]["table"]}
-    assert set(s1) == {"model", "default", "rule_of_thumb", "nearest_trained", "exhaustive"}
-    assert all(s1[k]["real_runs"] == 0 for k in ("model", "default", "rule_of_thumb"))
+    assert set(s1) == {
+        "model",
+        "default",
+        "rule_of_thumb",
+        "nearest_trained",
+        "interpolated_transfer",
+        "exhaustive",
+    }
+    zero = ("model", "default", "rule_of_thumb", "interpolated_transfer")
+    assert all(s1[k]["real_runs"] == 0 for k in zero)
     assert s1["exhaustive"]["median"] == 100.0 and s1["exhaustive"]["real_runs"] > 0
     kernels = {row["kernel"]: row for row in r["guard"]["kernels"]}
     assert set(kernels) == set(HELD_OUT)
@@ -64,6 +72,10 @@ def test_system1_guard_and_calibration_tables(evaluation: Evaluation) -> None:
     cal = r["calibration"]
     assert cal["decisions"] == len(evaluation.checks) > 0
     assert sum(b["decisions"] for b in cal["reliability"]) == cal["decisions"]
+    lenient = cal["reliability_not_slower"]
+    assert sum(b["decisions"] for b in lenient) == cal["decisions"]
+    # not slower is a weaker claim than right: never a lower share
+    assert cal["not_slower"] >= cal["accuracy"] and 0.0 <= cal["ece_not_slower"] <= 1.0
     assert cal["auto_moves"] == sum(c.mode == "auto" for c in evaluation.checks)
     assert {t["target"] for t in r["targets"]} and all("met" in t for t in r["targets"])
     text = render(r)

@@ -101,8 +101,9 @@ def _share(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def reliability(checks: Sequence[Checked]) -> list[dict[str, Any]]:
-    """Stated confidence against observed accuracy, per confidence bin."""
+def reliability(checks: Sequence[Checked], *, not_slower: bool = False) -> list[dict[str, Any]]:
+    """Stated confidence against observed accuracy, per confidence bin; with `not_slower`,
+    accuracy is the share of moves that are not slower (an equally good move is not wrong)."""
     rows = []
     for lo, hi in itertools.pairwise(BIN_EDGES):
         inside = [c for c in checks if lo <= c.confidence < hi or (hi == 1.0 and c.confidence == 1)]
@@ -113,7 +114,10 @@ def reliability(checks: Sequence[Checked]) -> list[dict[str, Any]]:
                 "bin": f"{lo:.2f}–{hi:.2f}",  # noqa: RUF001
                 "decisions": len(inside),
                 "mean_confidence": round(sum(c.confidence for c in inside) / len(inside), 4),
-                "accuracy": round(sum(c.right for c in inside) / len(inside), 4),
+                "accuracy": round(
+                    sum((not c.slower) if not_slower else c.right for c in inside) / len(inside),
+                    4,
+                ),
             }
         )
     return rows
@@ -124,6 +128,10 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
     table = reliability(checks)
     n = len(checks)
     ece = sum(r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in table)
+    lenient = reliability(checks, not_slower=True)
+    ece_not_slower = sum(
+        r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in lenient
+    )
     return {
         "decisions": n,
         "accuracy": _share(sum(c.right for c in checks), n),
@@ -132,7 +140,10 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "auto_right": _share(sum(c.right for c in auto), len(auto)),
         "auto_not_slower": _share(sum(not c.slower for c in auto), len(auto)),
         "ece": round(ece, 4) if n else None,
+        "not_slower": _share(sum(not c.slower for c in checks), n),
+        "ece_not_slower": round(ece_not_slower, 4) if n else None,
         "reliability": table,
+        "reliability_not_slower": lenient,
         "right_means": "the chosen move is the landscape's best move (the fastest neighbour "
         "beyond the noise, else STOP)",
     }

@@ -26,7 +26,7 @@ from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
 
 from .landscape import Cell
 
-POLICIES = ("model", "greedy", "random", "optuna_tpe", "exhaustive")
+POLICIES = ("model", "model_transfer", "greedy", "random", "optuna_tpe", "exhaustive")
 REPLAY_ID = "replay"
 
 
@@ -110,6 +110,7 @@ def model_session(
     *,
     rule: KeepRule = DEFAULT_RULE,
     seed: int = 0,
+    policy: str = "model",
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session, with the
     coordinator's keep rule; a race's re-runs come from `rerun` (seeded)."""
@@ -180,7 +181,7 @@ def model_session(
                 s.version + 1,
                 SessionStepRun(
                     session_id=REPLAY_ID,
-                    step=step,
+                    step=s.runs,
                     move=move,
                     config=config.model_dump(),
                     status="ok" if again else "failed",
@@ -211,7 +212,7 @@ def model_session(
             break
     final = Config.model_validate(s.best_config)
     return _outcome(
-        "model", cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
+        policy, cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
     )
 
 

@@ -7,10 +7,11 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hpc_ds1.model import Measurement, Model, Thresholds, aggregate, train
+from hpc_ds1.model.transfer import Table, predict, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.space import Config
 
@@ -170,7 +171,8 @@ def evaluate(
     ]
     cells, skipped, held = _cells(model, measurements, training)
     space_for = model.space_for
-    outcomes = _replay_sessions(model, cells, thresholds, seed, progress)
+    transfer = relative_table(aggregate(training))
+    outcomes = _replay_sessions(model, cells, thresholds, seed, progress, transfer=transfer)
     from hpc_ds1.workloads import get_workload
 
     tiles = {c.workload: get_workload(c.workload).default_tile for c in cells}
@@ -202,7 +204,9 @@ def evaluate(
             "replayed_engineer": "approves every proposal, STOP included",
             "table": _session_table(outcomes),
         },
-        "system1": system1(model, cells, _trained_best(training), tiles, space_for, thresholds),
+        "system1": system1(
+            model, cells, _trained_best(training), tiles, space_for, thresholds, transfer
+        ),
         "guard": {"kernels": guard_rows, "false_flags": dc.false_flags(checks)},
         "calibration": dc.calibration_summary(checks, thresholds),
     }
@@ -250,7 +254,14 @@ def truth_plan(
         m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
     ]
     cells, _, _ = _cells(model, measurements, training)
-    outcomes = _replay_sessions(model, cells, thresholds or model.thresholds, seed, progress)
+    outcomes = _replay_sessions(
+        model,
+        cells,
+        thresholds or model.thresholds,
+        seed,
+        progress,
+        transfer=relative_table(aggregate(training)),
+    )
     return truth_configs(cells, outcomes, near=near, everything=everything)
 
 
@@ -265,17 +276,24 @@ def _replay_sessions(
     seed: int,
     progress: Progress,
     rule: KeepRule = DEFAULT_RULE,
+    transfer: Table | None = None,
 ) -> list[pol.SessionOutcome]:
+    """Every policy from every start of every cell; "model_transfer" is the model's session
+    from the interpolated-transfer configuration (the same for every start; one per start, so
+    each cell weighs the same in every policy's figures)."""
     starts = {id(c): sorted(c.points, key=Config.label) for c in cells}
     total = 2 * sum(len(s) for s in starts.values())
     done = 0
     outcomes: list[pol.SessionOutcome] = []
     for cell in cells:
         space = model.space_for(cell.workload)
+        moved = _transfer_session(model, cell, space, thresholds, rule, seed, transfer)
         for start in starts[id(cell)]:
             outcomes.append(
                 pol.model_session(model, cell, start, space, thresholds, rule=rule, seed=seed)
             )
+            if moved is not None:
+                outcomes.append(moved)
             outcomes.append(pol.greedy_session(cell, start, space))
             outcomes.append(pol.exhaustive_session(cell, start, space))
             done += 1
@@ -292,6 +310,41 @@ def _replay_sessions(
             done += 1
             progress(f"replaying random, Optuna TPE (budget {budget})", done, total)
     return outcomes
+
+
+def _transfer_session(
+    model: Model,
+    cell: Cell,
+    space: Any,
+    thresholds: Thresholds,
+    rule: KeepRule,
+    seed: int,
+    transfer: Table | None,
+) -> pol.SessionOutcome | None:
+    """The model's session from the interpolated-transfer pick; a pick that fails at this size
+    costs its run and the next pick is tried, as a real session would."""
+    if not transfer or cell.workload not in transfer:
+        return None
+    scores = predict(transfer, cell.workload, cell.size, "interpolated")
+    ranked = sorted(
+        (c for c in scores if c in set(space.configs())), key=lambda c: (scores[c], c.label())
+    )
+    tried = 0
+    for config in ranked:
+        tried += 1
+        if config in cell.points:
+            out = pol.model_session(
+                model,
+                cell,
+                config,
+                space,
+                thresholds,
+                rule=rule,
+                seed=seed,
+                policy="model_transfer",
+            )
+            return replace(out, runs=out.runs + tried - 1)
+    return None
 
 
 def _guard_rows(

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpc_ds1.model import Model, Thresholds
+from hpc_ds1.model.transfer import Table, pick
 from hpc_ds1.space import Config
 
 from .landscape import Cell, SpaceFor, nearest_size, percentile
@@ -16,6 +17,8 @@ APPROACHES = {
     "default": "default (1 rank, 1 thread, default tile)",
     "rule_of_thumb": "rule of thumb (1 rank, threads = cores)",
     "nearest_trained": "best configuration of the nearest trained size",
+    "interpolated_transfer": "interpolated transfer (relative runtimes of the trained sizes on "
+    "either side, in log size)",
     "exhaustive": "exhaustive search (reference)",
 }
 
@@ -34,8 +37,10 @@ def system1(
     default_tile: Mapping[str, int],
     space_for: SpaceFor,
     thresholds: Thresholds,
+    transfer: Table | None = None,
 ) -> dict[str, Any]:
-    """`trained_best`: (workload, trained size) -> its fastest measured configuration."""
+    """`trained_best`: (workload, trained size) -> its fastest measured configuration;
+    `transfer`: the trained sizes' relative runtimes (model.transfer)."""
     picks: dict[str, list[float]] = {k: [] for k in APPROACHES}
     runs: dict[str, int] = dict.fromkeys(APPROACHES, 0)
     per_cell = []
@@ -56,6 +61,10 @@ def system1(
             chosen["nearest_trained"] = trained_best[
                 (cell.workload, nearest_size(cell.size, trained))
             ]
+        if transfer and cell.workload in transfer:
+            moved = pick(transfer, cell.workload, cell.size, "interpolated", space.configs())
+            if moved is not None:
+                chosen["interpolated_transfer"] = moved
         row: dict[str, Any] = {"workload": cell.workload, "size": cell.size}
         for key, config in chosen.items():
             picks[key].append(cell.pct_of_best(config))

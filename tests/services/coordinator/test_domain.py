@@ -63,10 +63,12 @@ def test_a_faster_move_beyond_the_noise_is_kept_a_tie_races_and_a_failure_is_a_m
 
 
 def test_a_race_runs_incumbent_then_candidate_and_its_runs_decide() -> None:
+    steps = iter(range(1, 100))
+
     def run(config: dict, runtime: float, race: str | None = None) -> SessionStepRun:
         return SessionStepRun(
             session_id="s",
-            step=1,
+            step=next(steps),  # every run its own step, a race's re-runs included
             move="THREADS_UP",
             config=config,
             status="ok",

@@ -1,0 +1,106 @@
+"""The keep rules and transfer compared offline on the SAME recorded landscapes (issue 13,
+part 2). Nothing is measured: the held-out development cells and the truth pass already in a
+home's log are replayed with every variant (evaluation/compare.py) and scored on the truth pass.
+The final held-out set is left out. Run:
+
+    HPC_DS1_HOME=/tmp/home .venv/bin/python benchmarks/compare_policies.py [--seeds 0,1,2]
+        [--cache FILE] [--json]
+
+after `hpc-ds1 setup --quick` and `hpc-ds1 evaluate --quick --truth-all` on that home.
+`--cache FILE` keeps the loaded measurements (JSON) and reads them from there next time, so a
+rerun needs no running stack."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hpc_ds1.api import load
+from hpc_ds1.cli.common import load_settings
+from hpc_ds1.evaluation.compare import compare
+from hpc_ds1.evaluation.plan import final_sizes
+from hpc_ds1.model import Measurement
+from hpc_ds1.settings import Settings
+
+
+async def _rows(settings: Settings, device_id: str) -> list[dict[str, Any]]:
+    from hpc_ds1.services.trainer.training import load_measurements
+    from hpc_ds1.stack import open_stack
+
+    async with open_stack(settings, ("projector",), "compare-policies") as stack:
+        await stack.caught_up()
+        rows = await asyncio.to_thread(load_measurements, stack.engine, device_id)
+    return [
+        {
+            k: r.get(k)
+            for k in (
+                "workload",
+                "size",
+                "config",
+                "status",
+                "runtime_s",
+                "spread",
+                "throughput",
+                "held_out",
+                "purpose",
+            )
+        }
+        for r in rows
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2", help="seeds of the races' re-runs")
+    parser.add_argument("--cache", type=Path, help="measurements cache (JSON)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    settings = load_settings(quiet=True)
+    model = load(settings.home)
+    if args.cache and args.cache.exists():
+        rows = orjson.loads(args.cache.read_bytes())
+    else:
+        rows = asyncio.run(_rows(settings, model.device_id))
+        if args.cache:
+            args.cache.write_bytes(orjson.dumps(rows))
+    from hpc_ds1.workloads import get_workload
+
+    final = {(w, s) for w in model.workloads for s in final_sizes(get_workload(w))}
+    observed = [Measurement.model_validate(r) for r in rows if r.get("purpose") != "truth"]
+    truth = [Measurement.model_validate(r) for r in rows if r.get("purpose") == "truth"]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    result = compare(model, observed, truth, final=final, seeds=seeds)
+    if args.json:
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+        return 0
+    print(f"model {result['model_version']} · seeds {result['seeds']} · home {settings.home}")
+    print(f"development cells: {', '.join(result['cells'])}")
+    print(f"truth-measured configurations per cell: {result['truth_measured']}")
+    for seed, rows_ in result["table"].items():
+        print(f"\nseed {seed}")
+        print(
+            f"  {'variant':52} {'true med':>8} {'p10':>6} {'mean':>6} {'in noise':>8} "
+            f"{'runs med':>8} {'mean':>5} {'obs med':>7} {'unscored':>8}"
+        )
+        for r in rows_:
+            print(
+                f"  {r['variant']:52} {r.get('true_pct_median', '-'):>8} "
+                f"{r.get('true_pct_p10', '-'):>6} {r.get('true_pct_mean', '-'):>6} "
+                f"{r.get('within_noise_share', '-'):>8} {r['runs_median']:>8} "
+                f"{r['runs_mean']:>5} {r['observed_pct_median']:>7} {r['unscored']:>8}"
+            )
+        for name, d in result["difference_from_first"][seed].items():
+            print(f"  vs first row: {name}: {d}")
+    print("\nSystem 1 (0 runs), true % of best:")
+    for r in result["system1"]:
+        print(f"  {r['approach']:16} median {r['true_pct_median']} p10 {r['true_pct_p10']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""Policies compared offline on the same recorded landscapes: the old and the new keep rule,
+with and without transfer, scored on the truth pass. Nothing is measured; a race's re-runs are
+seeded (policies.rerun), so a comparison is deterministic for its seed.
+
+Every variant replays every start of every development cell, and is scored on the truth pass
+where its final configuration was re-measured (with `evaluate --truth-all`, everywhere); what
+could not be scored is counted, never dropped silently."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hpc_ds1.model import Measurement, Model, aggregate
+from hpc_ds1.model.transfer import Table, pick, relative_table
+from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
+
+from . import policies as pol
+from .landscape import Cell, build_cells, nearest_size, percentile
+from .run import _trained_best, _transfer_session
+from .truth import TRUTH_REPEATS, Key, TruePoint, truth_points, within_noise
+
+RULES: dict[str, KeepRule] = {
+    "old": OLD_RULE,
+    "new": DEFAULT_RULE,
+    "new, race from P>=0.1": replace(DEFAULT_RULE, race_from=0.1),
+    "new, no race": replace(DEFAULT_RULE, max_pairs=0),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    rule: KeepRule
+    transfer: bool  # start from the interpolated-transfer pick instead of every start
+
+
+def default_variants() -> list[Variant]:
+    out = [Variant(f"model, {name} keep rule", rule, False) for name, rule in RULES.items()]
+    out += [
+        Variant("model from interpolated transfer, old keep rule", OLD_RULE, True),
+        Variant("model from interpolated transfer, new keep rule", DEFAULT_RULE, True),
+    ]
+    return out
+
+
+def development_cells(
+    model: Model, measurements: Sequence[Measurement], final: set[Key]
+) -> list[Cell]:
+    """The held-out cells, the final set left out (no development step looks at it)."""
+    held = [
+        m
+        for m in measurements
+        if m.held_out and m.workload in model.workloads and (m.workload, m.size) not in final
+    ]
+    cells, _ = build_cells(held, model.space_for)
+    return cells
+
+
+def _row(
+    name: str,
+    outcomes: Sequence[pol.SessionOutcome],
+    truth: Mapping[Key, Mapping[Any, TruePoint]],
+    repeats: int,
+) -> dict[str, Any]:
+    pcts, tied, unscored = [], [], 0
+    for o in outcomes:
+        points = truth.get((o.workload, o.size), {})
+        if o.final not in points:
+            unscored += 1
+            continue
+        best = min(points.values(), key=lambda p: p.runtime_s)
+        pcts.append(100.0 * best.runtime_s / points[o.final].runtime_s)
+        tied.append(within_noise(points[o.final], best, repeats))
+    runs = [o.runs for o in outcomes]
+    row: dict[str, Any] = {
+        "variant": name,
+        "sessions": len(outcomes),
+        "unscored": unscored,
+        "runs_median": statistics.median(runs),
+        "runs_mean": round(statistics.fmean(runs), 2),
+        "observed_pct_median": round(statistics.median(o.pct_of_best for o in outcomes), 2),
+    }
+    if pcts:
+        row |= {
+            "true_pct_median": round(statistics.median(pcts), 2),
+            "true_pct_p10": round(percentile(pcts, 0.10), 2),
+            "true_pct_mean": round(statistics.fmean(pcts), 2),
+            "within_noise_share": round(sum(tied) / len(tied), 4),
+        }
+    return row
+
+
+def paired_difference(
+    a: Sequence[pol.SessionOutcome],
+    b: Sequence[pol.SessionOutcome],
+    truth: Mapping[Key, Mapping[Any, TruePoint]],
+    seed: int,
+    draws: int = 2000,
+) -> dict[str, Any]:
+    """Mean true % of best of b minus a, per cell, with a bootstrap 90 % interval over cells
+    (sessions of one cell share its landscape, so the cell is the unit resampled)."""
+
+    def per_cell(outcomes: Sequence[pol.SessionOutcome]) -> dict[Key, float]:
+        got: dict[Key, list[float]] = {}
+        for o in outcomes:
+            points = truth.get((o.workload, o.size), {})
+            if o.final in points:
+                best = min(p.runtime_s for p in points.values())
+                got.setdefault((o.workload, o.size), []).append(
+                    100.0 * best / points[o.final].runtime_s
+                )
+        return {k: statistics.fmean(v) for k, v in got.items()}
+
+    pa, pb = per_cell(a), per_cell(b)
+    keys = sorted(set(pa) & set(pb))
+    if not keys:
+        return {"cells": 0}
+    diffs = [pb[k] - pa[k] for k in keys]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choice(diffs) for _ in diffs) for _ in range(draws))
+    return {
+        "cells": len(keys),
+        "mean_difference": round(statistics.fmean(diffs), 2),
+        "interval_90": [round(percentile(means, 0.05), 2), round(percentile(means, 0.95), 2)],
+        "cells_better": sum(d > 1e-9 for d in diffs),
+        "cells_worse": sum(d < -1e-9 for d in diffs),
+    }
+
+
+def _sessions(
+    model: Model, cells: Sequence[Cell], variant: Variant, seed: int, transfer: Table
+) -> list[pol.SessionOutcome]:
+    out = []
+    for cell in cells:
+        space = model.space_for(cell.workload)
+        if variant.transfer:
+            o = _transfer_session(
+                model, cell, space, model.thresholds, variant.rule, seed, transfer
+            )
+            out += [o] * len(cell.points) if o is not None else []  # one per start, as run.py
+            continue
+        for start in sorted(cell.points, key=lambda c: c.label()):
+            out.append(
+                pol.model_session(
+                    model, cell, start, space, model.thresholds, rule=variant.rule, seed=seed
+                )
+            )
+    return out
+
+
+def _system1(
+    model: Model,
+    cells: Sequence[Cell],
+    training: Sequence[Measurement],
+    transfer: Table,
+    truth: Mapping[Key, Mapping[Any, TruePoint]],
+) -> list[dict[str, Any]]:
+    trained_best = _trained_best(training)
+    picks: dict[str, list[float]] = {"model": [], "nearest_trained": [], "interpolated": []}
+    for cell in cells:
+        points = truth.get((cell.workload, cell.size), {})
+        if not points:
+            continue
+        best = min(p.runtime_s for p in points.values())
+        space = model.space_for(cell.workload)
+        trained = sorted(s for w, s in trained_best if w == cell.workload)
+        chosen = {
+            "model": model.recommend(cell.workload, cell.size, space=space).config,
+            "nearest_trained": trained_best[(cell.workload, nearest_size(cell.size, trained))],
+            "interpolated": pick(
+                transfer, cell.workload, cell.size, "interpolated", space.configs()
+            ),
+        }
+        for key, config in chosen.items():
+            # not re-measured by the truth pass: scored on the observed pass, marked below
+            if config in points:
+                picks[key].append(100.0 * best / points[config].runtime_s)
+            elif config in cell.points:
+                picks[key].append(100.0 * cell.best_runtime_s / cell.points[config].runtime_s)
+            else:
+                picks[key].append(0.0)
+    return [
+        {
+            "approach": key,
+            "true_pct_median": round(statistics.median(v), 2),
+            "true_pct_p10": round(percentile(v, 0.10), 2),
+            "sizes": len(v),
+        }
+        for key, v in picks.items()
+        if v
+    ]
+
+
+def compare(
+    model: Model,
+    measurements: Sequence[Measurement],
+    truth_measurements: Sequence[Measurement],
+    *,
+    final: set[Key],
+    seeds: Sequence[int] = (0,),
+    variants: Sequence[Variant] | None = None,
+    repeats: int = TRUTH_REPEATS,
+) -> dict[str, Any]:
+    """Every variant on the development cells, for every seed (the seed draws a race's
+    re-runs), scored on the truth pass."""
+    training = [
+        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
+    ]
+    cells = development_cells(model, measurements, final)
+    if not cells:
+        raise ValueError("no complete development cell in these measurements")
+    truth = truth_points(m for m in truth_measurements if (m.workload, m.size) not in final)
+    transfer = relative_table(aggregate(training))
+    variants = list(variants or default_variants())
+    by_seed: dict[int, list[dict[str, Any]]] = {}
+    differences: dict[int, dict[str, Any]] = {}
+    for seed in seeds:
+        sessions = {v.name: _sessions(model, cells, v, seed, transfer) for v in variants}
+        by_seed[seed] = [_row(v.name, sessions[v.name], truth, repeats) for v in variants]
+        base = sessions[variants[0].name]
+        differences[seed] = {
+            name: paired_difference(base, got, truth, seed)
+            for name, got in sessions.items()
+            if name != variants[0].name
+        }
+    truth_cover = {
+        f"{c.workload} {c.size}": f"{len(truth.get((c.workload, c.size), {}))}/{len(c.points)}"
+        for c in cells
+    }
+    return {
+        "model_version": model.version,
+        "seeds": list(seeds),
+        "cells": [f"{c.workload} {c.size}" for c in cells],
+        "truth_measured": truth_cover,
+        "table": by_seed,
+        "difference_from_first": differences,
+        "system1": _system1(model, cells, training, transfer, truth),
+    }

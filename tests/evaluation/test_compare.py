@@ -1,0 +1,89 @@
+"""The offline comparison of keep rules and transfer on the same recorded landscape, and the
+replayed session's races: deterministic for a seed, nothing measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_ds1.evaluation import Cell, Point
+from hpc_ds1.evaluation.compare import Variant, compare
+from hpc_ds1.evaluation.policies import model_session, rerun
+from hpc_ds1.model import Measurement, Model
+from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE
+from hpc_ds1.space import Config
+from tests.measured import HELD_OUT
+
+
+def test_a_rerun_is_seeded_by_the_configuration_and_its_index_alone() -> None:
+    c = Config(ranks=1, threads=1, tile=32)
+    cell = Cell("gemm", 80, {c: Point(1.0, 0.02, None)}, frozenset())
+    assert rerun(cell, c, 1, 0) == rerun(cell, c, 1, 0)
+    assert rerun(cell, c, 1, 0) != rerun(cell, c, 2, 0)
+    assert rerun(cell, c, 1, 0) != rerun(cell, c, 1, 1)
+    assert rerun(cell, Config(ranks=2, threads=1, tile=32), 1, 0) is None
+
+
+def test_compare_replays_every_variant_on_the_same_cells_and_leaves_the_final_set_out(
+    model: Model, measurements: list[Measurement]
+) -> None:
+    truth = [m for m in measurements if m.held_out]  # a truth pass equal to the observed one
+    final = {("stencil", HELD_OUT["stencil"][0])}
+    variants = [
+        Variant("old", OLD_RULE, False),
+        Variant("new", DEFAULT_RULE, False),
+        Variant("transfer", DEFAULT_RULE, True),
+    ]
+    first = compare(model, measurements, truth, final=final, seeds=(3,), variants=variants)
+    again = compare(model, measurements, truth, final=final, seeds=(3,), variants=variants)
+    assert first == again  # deterministic for its seed
+    assert first["cells"] == [f"gemm {HELD_OUT['gemm'][0]}"]
+    rows = {r["variant"]: r for r in first["table"][3]}
+    starts = {r["sessions"] for r in rows.values()}
+    assert len(starts) == 1 and starts.pop() > 0  # every variant, every start
+    for r in rows.values():
+        assert r["unscored"] == 0 and 0 < r["true_pct_p10"] <= r["true_pct_median"] <= 100
+    assert rows["new"]["runs_mean"] >= 1
+    diff = first["difference_from_first"][3]["new"]
+    assert diff["cells"] == 1 and diff["interval_90"][0] <= diff["mean_difference"]
+    assert {r["approach"] for r in first["system1"]} == {
+        "model",
+        "nearest_trained",
+        "interpolated",
+    }
+
+
+def test_a_replayed_session_races_a_tie_and_counts_every_rerun(model: Model) -> None:
+    space = model.space_for("gemm")
+    configs = space.configs()
+    # a flat landscape, the start its slowest: every move looks a little faster, within the
+    # noise, so the new rule races it and never counts a miss
+    cell = Cell(
+        "gemm",
+        80,
+        {c: Point(1.0 - 0.002 * i, 0.03, None) for i, c in enumerate(configs)},
+        frozenset(),
+    )
+    start = configs[0]
+    new = model_session(model, cell, start, space, model.thresholds, rule=DEFAULT_RULE, seed=0)
+    old = model_session(model, cell, start, space, model.thresholds, rule=OLD_RULE, seed=0)
+    assert old.finish in ("two_misses", "stop", "no_moves")
+    assert new.runs == len(new.ran) and new.finish != "two_misses"
+    if new.runs > 1:  # the model moved: that move was raced (a configuration ran again)
+        assert len(set(new.ran)) < len(new.ran)
+    assert new.final in cell.points
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_clear_gain_is_kept_by_both_rules(model: Model, seed: int) -> None:
+    space = model.space_for("gemm")
+    configs = space.configs()
+    best = configs[-1]
+    cell = Cell(
+        "gemm",
+        80,
+        {c: Point(0.5 if c == best else 1.0, 0.01, None) for c in configs},
+        frozenset(),
+    )
+    for rule in (OLD_RULE, DEFAULT_RULE):
+        o = model_session(model, cell, best, space, model.thresholds, rule=rule, seed=seed)
+        assert o.final == best  # nothing is faster than the start: it is never left
