@@ -101,7 +101,8 @@ def render(results: dict[str, Any]) -> str:
     parts.append(
         f"\nCalibration: {c['auto_moves']} of {c['decisions']} held-out decisions would run "
         f"automatically; right {_pct(c['auto_right'])}, not slower {_pct(c['auto_not_slower'])}; "
-        f"all decisions right {_pct(c['accuracy'])}; ECE {c['ece']}"
+        f"all decisions right {_pct(c['accuracy'])}; ECE {c['ece']}; all decisions not slower "
+        f"{_pct(c.get('not_slower'))}, ECE on not slower {c.get('ece_not_slower')}"
     )
     parts.append(
         table(
