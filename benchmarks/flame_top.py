@@ -48,6 +48,31 @@ def frames_of(svg: str) -> list[Frame]:
     ]
 
 
+_SERVICE_CODE = re.compile(r"services/(\w+)/")
+
+
+def _service_in(process: Frame, by_depth: dict[int, list[Frame]]) -> str | None:
+    """The service a forked process runs (its title is only `hpc-ds1 serve`): the one whose
+    code (services/NAME/) has the most samples under it; None for `serve` itself."""
+    inside = [
+        f
+        for depth, frames in by_depth.items()
+        if depth > process.depth
+        for f in frames
+        if process.x <= f.x < process.x + process.width
+    ]
+    # py-spy draws a child process under its parent's frame: its samples are not the parent's.
+    children = [(f.x, f.x + f.width) for f in inside if f.name.startswith("process ")]
+    seen: Counter[str] = Counter()
+    for f in inside:
+        found = _SERVICE_CODE.search(f.name)
+        if found and not any(a <= f.x < b for a, b in children):
+            seen[found.group(1)] += f.width
+    if not seen:
+        return "serve" if "serve" in process.name else None
+    return seen.most_common(1)[0][0]
+
+
 def summarize(frames: list[Frame]) -> tuple[int, Counter[str], Counter[tuple[str, str]]]:
     """(total samples, samples per process, self samples per (process, frame))."""
     by_depth: dict[int, list[Frame]] = defaultdict(list)
@@ -61,7 +86,9 @@ def summarize(frames: list[Frame]) -> tuple[int, Counter[str], Counter[tuple[str
         frame, process = stack.pop()
         service = _SERVICE.search(frame.name)
         if frame.name.startswith("process "):
-            process = "serve" if "serve" in frame.name else frame.name.split(":")[0]
+            if process:  # nested in its parent's frame: not the parent's samples
+                processes[process] -= frame.width
+            process = _service_in(frame, by_depth) or frame.name.split(":")[0]
             if not service:
                 processes[process] += frame.width
         if service and process:
