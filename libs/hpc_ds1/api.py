@@ -28,8 +28,10 @@ def load(home: str | Path | None = None, *, log_decisions: bool = True) -> Model
     from .model import Model
     from .models_store import latest_path
     from .settings import Settings
+    from .workloads import use_home
 
     settings = Settings(home=Path(home)) if home is not None else Settings()
+    use_home(settings.home)  # the home's own workloads (workloads/*.toml), as --home does
     path = latest_path(settings.models_dir)
     if path is None:
         raise NoModelError(

@@ -190,6 +190,17 @@ def test_a_home_given_later_is_read_and_a_file_can_be_reloaded(fresh: Path, tmp_
     assert load_file(path).sizes == (1, 2, 3) and get_workload("app").sizes == (1, 2, 3)
 
 
+def test_python_load_of_a_home_reads_its_workload_files(fresh: Path, tmp_path: Path) -> None:
+    import hpc_ds1
+
+    other = tmp_path / "python-home"
+    write(other / "workloads", VALID)
+    assert "app" not in list_workloads()
+    with pytest.raises(hpc_ds1.NoModelError):  # no model there, but its workloads are known
+        hpc_ds1.load(other)
+    assert get_workload("app").sizes == (1, 2)
+
+
 def test_a_broken_entry_point_does_not_hide_the_others(
     fresh: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
