@@ -25,7 +25,7 @@ def start_serve(home: Path, port: int, **extra: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_ready(url: str, process: subprocess.Popen[str], timeout: float = 60.0) -> dict:
+def wait_ready(url: str, process: subprocess.Popen[str], timeout: float = 240.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
