@@ -32,7 +32,8 @@ def decode(raw: bytes, subject: str | None = None) -> Envelope:
 # `decode`, which accepts or refuses it as before.
 _ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)?\Z")
 _TEXT_FIELDS = ("id", "type", "subject", "actor", "source")
-_KEYS = frozenset(Envelope.model_fields)
+_ORDER = tuple(Envelope.model_fields)
+_KEYS = frozenset(_ORDER)
 _OPTIONAL = frozenset(("correlation_id", "causation_id"))
 _REQUIRED = _KEYS - _OPTIONAL
 
@@ -59,8 +60,19 @@ def envelope_of(parsed: Any, subject: str) -> Envelope | None:
         time = datetime.fromisoformat(when)
     except ValueError:
         return None
-    fields = {**parsed, "time": time if time.tzinfo else time.replace(tzinfo=UTC)}
-    return Envelope.model_construct(**fields)
+    # In the model's field order: pydantic writes a constructed model's JSON in that order.
+    fields = {name: parsed.get(name) for name in _ORDER}
+    fields["time"] = time if time.tzinfo else time.replace(tzinfo=UTC)
+    # What Envelope.model_construct(**parsed) makes (defaults filled, no extra, no private
+    # attribute), without its per-field loop: a twentieth of the projector's time per event.
+    # The tests compare the result with decode's, so a pydantic that lays models out
+    # differently fails them rather than the projector.
+    env = Envelope.__new__(Envelope)
+    object.__setattr__(env, "__dict__", fields)
+    object.__setattr__(env, "__pydantic_fields_set__", set(parsed))
+    object.__setattr__(env, "__pydantic_extra__", None)
+    object.__setattr__(env, "__pydantic_private__", None)
+    return env
 
 
 def typed(env: Envelope) -> Event | None:
