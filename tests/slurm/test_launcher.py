@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,12 +34,16 @@ def test_srun_argv_asks_for_the_configuration(monkeypatch: pytest.MonkeyPatch) -
     assert not any(a.startswith("--mpi") for a in launch.prefix("srun", 2, 1))
 
 
-def test_mpiexec_is_the_sites_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mpiexec_is_the_sites_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("HPC_DS1_MPIEXEC", raising=False)
     assert launch.prefix("mpiexec", 3, 1)[1:] == ["-n", "3"]
     assert launch.mpiexec_path().startswith(sys.prefix)  # the pip MPICH's, next to Python
-    monkeypatch.setenv("HPC_DS1_MPIEXEC", "/opt/site/bin/mpiexec")
-    assert launch.prefix("mpiexec", 3, 1) == ["/opt/site/bin/mpiexec", "-n", "3"]
+    site = tmp_path / "site" / "bin" / "mpiexec"  # a site MPI's, as a module puts it
+    site.parent.mkdir(parents=True)
+    site.write_text("#!/bin/sh\n")
+    site.chmod(0o755)
+    monkeypatch.setenv("HPC_DS1_MPIEXEC", str(site))
+    assert launch.prefix("mpiexec", 3, 1) == [str(site), "-n", "3"]
 
 
 def test_an_unknown_or_missing_launcher_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

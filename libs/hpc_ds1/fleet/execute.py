@@ -212,8 +212,10 @@ def run_on_slurm(
             max_run_s=max_run_s,
             cancel=cancel,
         )
-    except (InvalidJob, ValueError, SlurmError) as error:
+    except (InvalidJob, ValueError) as error:
         return refused(item, f"the runner refused it: {error}")
+    except SlurmError as error:
+        return refused(item, f"Slurm partition {slurm.partition}: {error}")
     log.info(
         "task_run",
         task_id=item.task_id,
