@@ -101,13 +101,7 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     cp "$requirements" "$stamp"
 fi
 
-# --- images --------------------------------------------------------------------------------
-say "build: hpc-ds1 (multi-stage, BASE_IMAGE=$BASE_IMAGE, wheels only), NATS and Postgres stand-ins"
-pc build --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg WHEELS_ONLY=1 >"$STATE/build.log" 2>&1 ||
-    die "the images did not build: see $STATE/build.log"
-say "built"
-
-# --- up ------------------------------------------------------------------------------------
+# --- the compose file's variables ----------------------------------------------------------
 envfile=$STATE/compose.env
 if [ ! -s "$envfile" ]; then
     # Generated once and kept: Postgres reads it only when its volume is first created.
@@ -118,6 +112,13 @@ HPC_DS1_GATEWAY_PORT=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(
 export HPC_DS1_POSTGRES_PASSWORD HPC_DS1_GATEWAY_PORT
 URL=http://127.0.0.1:$HPC_DS1_GATEWAY_PORT
 
+# --- images --------------------------------------------------------------------------------
+say "build: hpc-ds1 (multi-stage, BASE_IMAGE=$BASE_IMAGE, wheels only), NATS and Postgres stand-ins"
+pc build --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg WHEELS_ONLY=1 >"$STATE/build.log" 2>&1 ||
+    die "the images did not build: see $STATE/build.log"
+say "built"
+
+# --- up ------------------------------------------------------------------------------------
 leftovers() { podman ps -a -q --filter "label=io.podman.compose.project=$PROJECT"; }
 finish() {
     status=$?
@@ -166,7 +167,7 @@ if podman exec "$gateway" sh -c 'command -v gcc || command -v cc' >/dev/null; th
     die "a compiler is left in the final image"
 fi
 init=$(podman exec "$agent" cat /proc/1/comm)
-case $init in catatonit | tini | docker-init) ;; *) die "PID 1 of the agent is $init, not an init" ;; esac
+case $init in catatonit | podman-init | tini | docker-init) ;; *) die "PID 1 of the agent is $init, not an init" ;; esac
 shm_kib=$(podman exec "$agent" df -k --output=size /dev/shm | tail -n 1 | tr -d ' ')
 [ "$shm_kib" -ge 1000000 ] || die "/dev/shm of the agent is ${shm_kib} KiB (shm_size 1g expected)"
 images=$(for s in projector coordinator placement decision trainer agent gateway; do
@@ -200,10 +201,17 @@ HPC_DS1_COMPOSE_URL=$URL HPC_DS1_COMPOSE_TOKEN=$ENGINEER_TOKEN \
 # --- stop: every container ends on SIGTERM within its grace period ----------------------------
 say "stop"
 pc stop >/dev/null 2>&1
+codes=()
 for id in $(leftovers); do
     read -r name code < <(podman inspect -f '{{.Name}} {{.State.ExitCode}}' "$id")
-    case $code in 0 | 143) ;; *) die "$name exited with $code on stop (137: killed after the grace period)" ;; esac
+    codes+=("${name#"${PROJECT}"_}=$code")
+    case $name in
+    *_nats_1 | *_postgres_1) ok_codes=" 0 143 " ;; # the stand-ins: a plain SIGTERM exit is fine
+    *) ok_codes=" 0 " ;;                            # ours end their work and exit 0
+    esac
+    [[ $ok_codes == *" $code "* ]] || die "$name exited with $code on stop (137: killed after the grace period)"
 done
+say "stopped: ${codes[*]}"
 pc down >/dev/null 2>&1
 [ -z "$(leftovers)" ] || die "containers left after down: $(leftovers | tr '\n' ' ')"
 say "passed: down, no container left (volumes kept; HPC_DS1_COMPOSE_FRESH=1 starts afresh)"

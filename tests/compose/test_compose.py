@@ -87,7 +87,10 @@ def test_a_session_waits_for_an_engineer_and_goes_on_when_approved(
     verdicts: list[dict[str, Any]] = []
 
     def settled() -> dict[str, Any] | None:
-        session = ok(api.get(f"/v1/sessions/{session_id}"))
+        response = api.get(f"/v1/sessions/{session_id}")
+        if response.status_code == 404:
+            return None  # started, not projected yet
+        session = ok(response)
         if session["status"] == "finished":
             return session
         if session["status"] != "paused":
