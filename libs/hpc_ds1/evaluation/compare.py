@@ -26,7 +26,8 @@ from .truth import TRUTH_REPEATS, Key, TruePoint, truth_points, within_noise
 RULES: dict[str, KeepRule] = {
     "old": OLD_RULE,
     "new": DEFAULT_RULE,
-    "new, race from P>=0.1": replace(DEFAULT_RULE, race_from=0.1),
+    "new, race from P>=0.7": replace(DEFAULT_RULE, race_from=0.7),
+    "new, at most 1 pair": replace(DEFAULT_RULE, max_pairs=1),
     "new, no race": replace(DEFAULT_RULE, max_pairs=0),
 }
 
