@@ -29,11 +29,12 @@ from sqlalchemy import Engine, select
 
 from hpc_ds1.audit import verify
 from hpc_ds1.db import make_engine, tables, upgrade
+from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres
 from hpc_ds1.settings import Settings
-from tests.deploy.processes import Deployment, caught_up, statuses, stream_ids
+from tests.deploy.processes import Deployment, caught_up, give_model, statuses, stream_ids
 from tests.deploy.test_processes import decide_with_retries
 
 
@@ -116,7 +117,7 @@ def _takeover_s(deployment: Deployment, killed_at: float) -> float:
     return float("nan")
 
 
-def main(rounds: int, n: int, clients: int) -> int:
+def main(rounds: int, n: int, clients: int, model: Path | None) -> int:
     root = Path(tempfile.mkdtemp(prefix="hpcds1-bench-replicas-"))
     nats = EmbeddedNats(root / "nats", sync="default")
     with warnings.catch_warnings():
@@ -134,8 +135,11 @@ def main(rounds: int, n: int, clients: int) -> int:
         )
         engine = make_engine(database_url, pool_size=2)
         upgrade(engine)
-        print(f"preparing: tiny real setup + training in {root} ...", flush=True)
-        asyncio.run(prepare(settings))
+        if model is None:
+            print(f"preparing: tiny real setup + training in {root} ...", flush=True)
+            asyncio.run(prepare(settings))
+        else:  # a model trained earlier on this machine (its file name is its version)
+            give_model(settings, fingerprint().device_id, model.stem, model.read_bytes())
         deployment = Deployment(settings, root / "logs", {"HPC_DS1_REUSE_PORT": "true"})
         with deployment.running(sorted(deployment.spec)):
             deployment.wait_ready()
@@ -183,5 +187,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--requests", type=int, default=300, help="decisions per round")
     parser.add_argument("--clients", type=int, default=6)
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="VERSION.onnx trained on this machine (e.g. from a home's models/): no setup first",
+    )
     args = parser.parse_args()
-    raise SystemExit(main(args.rounds, args.requests, args.clients))
+    raise SystemExit(main(args.rounds, args.requests, args.clients, args.model))

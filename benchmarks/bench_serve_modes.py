@@ -25,7 +25,7 @@ from bench_decide_http import _home_credential, _ready, measure, percentile, pre
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
 
-MODES = {"one process": ["--single-process"], "separate processes": []}
+MODES = {"one process": [], "separate processes": ["--processes"]}
 
 
 async def one_mode(home: Path, port: int, flags: list[str], n: int) -> dict[str, float]:
@@ -60,11 +60,14 @@ async def one_mode(home: Path, port: int, flags: list[str], n: int) -> dict[str,
     }
 
 
-async def main(n: int, rounds: int) -> None:
-    home = Path(tempfile.mkdtemp(prefix="hpcds1-bench-modes-"))
-    settings = Settings(home=home, port=free_port(), log_level="warning")
-    print(f"preparing: tiny real setup + training in {home} ...", flush=True)
-    await prepare(settings)
+async def main(n: int, rounds: int, home: Path | None) -> None:
+    if home is None:
+        home = Path(tempfile.mkdtemp(prefix="hpcds1-bench-modes-"))
+        settings = Settings(home=home, port=free_port(), log_level="warning")
+        print(f"preparing: tiny real setup + training in {home} ...", flush=True)
+        await prepare(settings)
+    else:  # a home an earlier run prepared (printed above its figures)
+        settings = Settings(home=home, port=free_port(), log_level="warning")
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for round_ in range(rounds):
         for mode, flags in MODES.items():
@@ -100,5 +103,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("n", nargs="?", type=int, default=1000, help="requests per figure")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of the modes")
+    parser.add_argument("--home", type=Path, help="reuse a home an earlier run prepared")
     args = parser.parse_args()
-    asyncio.run(main(args.n, args.rounds))
+    asyncio.run(main(args.n, args.rounds, args.home))

@@ -72,6 +72,7 @@ class Copy:
     service: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    killed: bool = False  # by kill9: its end is no failure
 
     @property
     def pid(self) -> int:
@@ -81,6 +82,7 @@ class Copy:
         return self.process.poll() is None
 
     def kill9(self) -> None:
+        self.killed = True
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(20)
@@ -186,7 +188,7 @@ class Deployment:
         deadline = time.monotonic() + within_s
         last: Any = None
         while time.monotonic() < deadline:
-            dead = [c for c in self.copies if not c.alive()]
+            dead = [c for c in self.copies if not c.alive() and not c.killed]
             assert not dead, f"a service exited:\n{self.tails()}"
             try:
                 reply = httpx.get(f"{self.url}/readyz", timeout=5.0)

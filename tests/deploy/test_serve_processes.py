@@ -1,4 +1,4 @@
-"""`hpc-ds1 serve` runs each service as its own process by default: one command, the same banner,
+"""`hpc-ds1 serve --processes` runs each service as its own process: one command, the same banner,
 and a Ctrl+C (SIGINT to the terminal's process group) stops every child; a `kill -9` of `serve`
 itself leaves no service process behind either."""
 
@@ -24,7 +24,7 @@ def start(home: Path, port: int) -> subprocess.Popen[str]:
     env.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(port), HPC_DS1_LOG_JSON="true")
     # A session of its own: the test plays the terminal and signals the whole group.
     return subprocess.Popen(
-        [HPC_DS1, "serve"],
+        [HPC_DS1, "serve", "--processes"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -34,13 +34,18 @@ def start(home: Path, port: int) -> subprocess.Popen[str]:
 
 
 def service_children(pid: int) -> dict[str, psutil.Process]:
+    """serve's service processes by name: forked ones are named hpcds1-NAME (15 characters at
+    most), spawned ones run `... service NAME`."""
     found = {}
     for child in psutil.Process(pid).children():
         try:
-            line = child.cmdline()
+            comm, line = child.name(), child.cmdline()
         except psutil.Error:
             continue
-        if len(line) >= 2 and line[-2] == "service":
+        if comm.startswith("hpcds1-"):
+            name = next((s for s in SERVICES if s.startswith(comm.removeprefix("hpcds1-"))), comm)
+            found[name] = child
+        elif len(line) >= 2 and line[-2] == "service":
             found[line[-1]] = child
     return found
 

@@ -8,7 +8,7 @@ import time
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..children import run_children
+from ..children import Child, start_children, watch_children
 from ..credentials import (
     cli_token_path,
     current_join_token,
@@ -32,10 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8765)")
     parser.add_argument(
-        "--single-process",
+        "--processes",
         action="store_true",
-        help="run every service in this one process (default: each service in its own "
-        "process, as `hpc-ds1 service NAME`; faster with several cores)",
+        help="run each service in a process of its own, as `hpc-ds1 service NAME` does "
+        "(default: every service in this one process, measured faster on 2 shared cores: "
+        "benchmarks/bench_serve_modes.py)",
     )
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
@@ -43,10 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def handle(args: argparse.Namespace) -> int:
     settings = load_settings(host=args.host, port=args.port, home=args.home)
-    return serve(settings, SERVICES, single_process=args.single_process)
+    return serve(settings, SERVICES, processes=args.processes)
 
 
-def serve(settings: Settings, services: tuple[str, ...], single_process: bool = False) -> int:
+def serve(settings: Settings, services: tuple[str, ...], processes: bool = False) -> int:
     started = time.monotonic()
     shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
     url = f"http://{shown_host}:{settings.port}/"
@@ -69,7 +70,9 @@ def serve(settings: Settings, services: tuple[str, ...], single_process: bool = 
                 )
                 if settings.host.startswith("127.") or settings.host in ("localhost", "::1"):
                     print("            (this machine only: `serve --host 0.0.0.0` for others)")
-            asyncio.run(_serve(settings, services, ends, started, single_process))
+            # Forked here, before this process has an event loop or a thread.
+            children = start_children(services, settings) if processes else None
+            asyncio.run(_serve(settings, services, ends, started, children))
     except RuntimeError as error:
         raise UsageError(str(error)) from None
     return 0
@@ -91,14 +94,14 @@ async def _serve(
     services: tuple[str, ...],
     ends: Endpoints,
     started: float,
-    single_process: bool,
+    children: list[Child] | None,
 ) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    if single_process:
+    if children is None:
         # Each service connects with its own credentials; the database as the application role.
         await run_services(services, settings, ends.nats_url_for, ends.app_database_url(), stop)
     else:
         # Each its own process, attached to this home as `hpc-ds1 service NAME` is.
-        await run_children(services, settings, stop)
+        await watch_children(children, stop)
     print(f"stopped after {time.monotonic() - started:.1f} s; data kept in {settings.home}")
