@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -80,7 +81,8 @@ def cpu_by_process(pid: int) -> dict[str, float]:
             command = process.cmdline()
         except psutil.Error:
             continue
-        name = command[-1] if "service" in command else Path(command[0]).name
+        service = re.search(r"\bservice (\w+)", " ".join(command))
+        name = service.group(1) if service else Path(command[0]).name
         used[name] = used.get(name, 0.0) + times.user + times.system
     return used
 
