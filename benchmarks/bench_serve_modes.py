@@ -38,12 +38,14 @@ async def one_mode(home: Path, port: int, flags: list[str], n: int) -> dict[str,
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
+    launched = time.perf_counter()
     try:
         async with httpx.AsyncClient(base_url=url) as http:
             while (await _ready(http)) is False:
                 if serve.poll() is not None:
                     raise SystemExit("hpc-ds1 serve exited")
                 await asyncio.sleep(0.2)
+            ready_s = time.perf_counter() - launched
             headers = await _home_credential(http, home)
         one, _ = await measure(url, n, 1, headers)
         many, elapsed = await measure(url, n, 8, headers)
@@ -51,6 +53,7 @@ async def one_mode(home: Path, port: int, flags: list[str], n: int) -> dict[str,
         serve.terminate()
         serve.wait(120)
     return {
+        "ready_s": ready_s,
         "p50_1": 1000 * statistics.median(one),
         "p99_1": 1000 * percentile(one, 0.99),
         "rps_1": n / sum(one),
@@ -77,7 +80,8 @@ async def main(n: int, rounds: int, home: Path | None) -> None:
             print(
                 f"  round {round_ + 1} {mode:<19}: 1 client p50 {found['p50_1']:.2f} ms p99 "
                 f"{found['p99_1']:.2f} ms; 8 clients p50 {found['p50_8']:.2f} ms p99 "
-                f"{found['p99_8']:.2f} ms {found['rps_8']:.0f} requests/s "
+                f"{found['p99_8']:.2f} ms {found['rps_8']:.0f} requests/s; ready after "
+                f"{found['ready_s']:.1f} s "
                 f"({time.perf_counter() - started:.0f} s)",
                 flush=True,
             )
@@ -90,7 +94,8 @@ async def main(n: int, rounds: int, home: Path | None) -> None:
         medians[mode] = med
         print(
             f"  {mode:<19} {med['p50_1']:>9.2f} / {med['p99_1']:<8.2f} {med['rps_1']:>7.0f} "
-            f"{med['p50_8']:>9.2f} / {med['p99_8']:<8.2f} {med['rps_8']:>7.0f} requests/s"
+            f"{med['p50_8']:>9.2f} / {med['p99_8']:<8.2f} {med['rps_8']:>7.0f} requests/s, "
+            f"ready after {med['ready_s']:.1f} s"
         )
     base, new = medians["one process"], medians["separate processes"]
     print(
