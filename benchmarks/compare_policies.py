@@ -61,7 +61,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     settings = load_settings(quiet=True)
-    model = load(settings.home)
+    model = load(settings.home, log_decisions=False)
     if args.cache and args.cache.exists():
         rows = orjson.loads(args.cache.read_bytes())
     else:
