@@ -38,10 +38,16 @@ if [ -z "${APP:-}" ]; then
   APP="$PYTHON -m hpc_ds1.runner.rank --job workload=$WORKLOAD,size=$SIZE,threads=$HPC_DS1_THREADS,tile=$HPC_DS1_TILE,repeats=1,gpu=$gpu"
 fi
 
+# More ranks x threads than the node's CPUs (an oversubscribed configuration can be the fastest
+# for a memory-bound job) needs --overcommit, or the step is refused ("More processors
+# requested than permitted").
+step=(-n "$HPC_DS1_RANKS" --cpus-per-task "$HPC_DS1_THREADS" --mpi=pmi2)
+[ $((HPC_DS1_RANKS * HPC_DS1_THREADS)) -le "${SLURM_CPUS_ON_NODE:-1}" ] || step+=(--overcommit)
+
 started=$EPOCHREALTIME
 status=0
 # shellcheck disable=SC2086  # APP is a command line: split it into words
-srun -n "$HPC_DS1_RANKS" --cpus-per-task "$HPC_DS1_THREADS" --mpi=pmi2 $APP || status=$?
+srun "${step[@]}" $APP || status=$?
 ended=$EPOCHREALTIME
 runtime=$(awk -v a="$started" -v b="$ended" 'BEGIN { printf "%.6f", b - a }')
 echo "ran in $runtime s (exit $status)"

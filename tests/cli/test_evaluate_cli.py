@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_ds1.cli import main
+from hpc_ds1.cli import EXIT_PRECONDITION, main
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.models_store import save_local
 
@@ -20,7 +20,7 @@ def home(tmp_path: Path, trained: TrainedModel) -> Path:
 
 
 def test_no_model_says_how_to_get_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["evaluate", "--home", str(tmp_path)]) == 2
+    assert main(["evaluate", "--home", str(tmp_path)]) == EXIT_PRECONDITION  # no model: 3
     assert "hpc-ds1 setup --quick" in capsys.readouterr().err
 
 
