@@ -106,6 +106,8 @@ envfile=$STATE/compose.env
 if [ ! -s "$envfile" ]; then
     # Generated once and kept: Postgres reads it only when its volume is first created.
     (umask 077 && "$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(24))' >"$envfile")
+    # Volumes left by another checkout's run hold a database made with another password.
+    HPC_DS1_COMPOSE_FRESH=1
 fi
 HPC_DS1_POSTGRES_PASSWORD=$(cat "$envfile")
 HPC_DS1_GATEWAY_PORT=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
