@@ -9,6 +9,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import nats
+import nats.errors
+import nats.js.errors
 import pytest
 
 from hpc_ds1.backup import backup, restore
@@ -139,7 +142,17 @@ async def test_the_log_survives_a_killed_node_and_the_node_catches_up(
         assert load.acked.items() <= stored.items()  # every acknowledged event, at its sequence
         assert len(stored) == len(load.acked) == load.counter  # and nothing else
         assert load.failed == []  # the service went on: no append failed
-        assert (await store.get("dev/v1.onnx")).data == b"model"
+        # The model bucket's stream may be electing a leader after the last kill: wait it out.
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            try:
+                model = await store.get("dev/v1.onnx")
+                break
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        assert model.data == b"model"
     finally:
         await bus.close()
 
