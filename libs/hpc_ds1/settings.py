@@ -42,6 +42,11 @@ class Settings(BaseSettings):
         description="How long the gateway keeps an active token without asking Postgres again; "
         "its token.revoked event ends it at once. 0: every request looks its token up.",
     )
+    metrics: bool = Field(
+        default=True,
+        description="The gateway serves GET /metrics (Prometheus, a viewer's token) and times "
+        "every request for it. False: neither, and no per-request cost.",
+    )
     nats_sync: Literal["always", "default"] = Field(
         default="always",
         description="Embedded NATS fsync policy: 'always' puts an acknowledged event on disk.",

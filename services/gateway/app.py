@@ -33,6 +33,7 @@ from .edge import BodyLimit, RequestLog
 from .evaluation_api import evaluation_router
 from .fleet_api import fleet_router
 from .machine_api import machine_router
+from .metrics import install_metrics
 from .recommend_api import recommend_router
 from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
@@ -203,6 +204,8 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt=body_limits(settings))
     app.add_middleware(RequestLog)
+    if settings.metrics:  # last: its middleware times everything above, the request log too
+        install_metrics(app, settings, bus, engine)
     _declare_internal_error(app)
     return app
 
