@@ -357,8 +357,8 @@ def domain_families(sources: Sources) -> Iterator[Metric]:
         )
         yield GaugeMetricFamily(
             "hpcds1_projector_set_aside_events",
-            "Events the projector set aside because Postgres refused them "
-            "(`hpc-ds1 projection set-aside` lists them).",
+            "Events the projector set aside because Postgres refused them (each one in the "
+            "projection_set_aside table, with its reason).",
             value=p.set_aside,
         )
     if p is not None and events is not None:
