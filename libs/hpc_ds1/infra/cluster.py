@@ -26,7 +26,7 @@ from typing import Literal
 import nats
 from nats.js.errors import APIError
 
-from .nats_server import nats_server_binary
+from .nats_server import NatsUser, nats_server_binary
 from .ports import free_port, wait_for_port
 
 CLUSTER_NAME = "hpc-ds1"
@@ -41,9 +41,13 @@ def render_node_config(
     sync: Literal["always", "default"] = "always",
     host: str = "127.0.0.1",
     monitor_port: int | None = None,
+    users: Sequence[NatsUser] | None = None,
 ) -> str:
     """One node's configuration: a unique server_name, JetStream with its own store, and
-    routes to every node of the cluster (a route to itself is ignored)."""
+    routes to every node of the cluster (a route to itself is ignored). `users`: the only
+    clients it accepts (the same on every node); None: anyone who reaches the port."""
+    if users is not None and not users:
+        raise ValueError("an authorized cluster needs at least one user")
     lines = [
         f"server_name: {json.dumps(name)}",
         f"listen: {host}:{port}",
@@ -62,6 +66,8 @@ def render_node_config(
         "  ]",
         "}",
     ]
+    if users:
+        lines += ["authorization {", "  users = [", *(u.render() for u in users), "  ]", "}"]
     return "\n".join(line for line in lines if line) + "\n"
 
 
@@ -77,6 +83,11 @@ class Node:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    def url_as(self, user: NatsUser | None) -> str:
+        if user is None:
+            return self.url
+        return f"nats://{user.name}:{user.password}@127.0.0.1:{self.port}"
+
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -84,18 +95,23 @@ class Node:
 
 class LocalCluster:
     """`size` nats-server processes under `directory` (node names n1, n2, ...). Ports are
-    chosen once and kept, so a node restarted after a kill rejoins under the same address."""
+    chosen once and kept, so a node restarted after a kill rejoins under the same address.
+    `users`: every node accepts only these clients (as a site's cluster does); None: anyone."""
 
     def __init__(
         self,
         directory: Path,
         size: int = 3,
         sync: Literal["always", "default"] = "always",
+        users: Sequence[NatsUser] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least 1 node, not {size}")
+        if users is not None and not users:
+            raise ValueError("an authorized cluster needs at least one user")
         self.directory = directory
         self.sync = sync
+        self.users = None if users is None else tuple(users)
         taken: set[int] = set()
         self.nodes: list[Node] = []
         for index in range(1, size + 1):
@@ -105,8 +121,19 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        """HPC_DS1_NATS_URL for this cluster: every node, comma-separated."""
+        """HPC_DS1_NATS_URL for this cluster: every node, comma-separated (no credentials)."""
         return ",".join(node.url for node in self.nodes)
+
+    def url_for(self, name: str) -> str:
+        """HPC_DS1_NATS_URL with the credentials of user `name` in every node's URL."""
+        return ",".join(node.url_as(self._user(name)) for node in self.nodes)
+
+    def _user(self, name: str) -> NatsUser:
+        for user in self.users or ():
+            if user.name == name:
+                return user
+        known = [u.name for u in self.users or ()]
+        raise KeyError(f"no NATS user {name!r} on this cluster; its users are {known}")
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -140,6 +167,7 @@ class LocalCluster:
                 [n.cluster_port for n in self.nodes],
                 node.directory / "jetstream",
                 self.sync,
+                users=self.users,
             )
         )
         log = (node.directory / "nats.log").open("ab")
@@ -156,7 +184,8 @@ class LocalCluster:
     async def wait_ready(self, within_s: float = 30.0) -> None:
         """Until JetStream answers through the running nodes (the cluster has a meta leader)."""
         deadline = time.monotonic() + within_s
-        urls = [n.url for n in self.nodes if n.running]
+        first = self.users[0] if self.users else None
+        urls = [n.url_as(first) for n in self.nodes if n.running]
         nc = await nats.connect(urls, connect_timeout=2)
         try:
             js = nc.jetstream(timeout=2.0)

@@ -18,8 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
-from ..db import make_engine, upgrade
+from ..db import make_engine, normalize_url, upgrade
 from ..log import get_logger
 from ..settings import Settings
 from .nats_auth import nats_users
@@ -40,11 +41,14 @@ log = get_logger("infra")
 
 
 def without_credentials(url: str) -> str:
-    """`url` with any user/password removed (NATS) or the password removed (Postgres)."""
+    """`url` with any user/password removed (NATS: of every server of a comma-separated list)
+    or the password removed (Postgres)."""
     if url.startswith("nats://") or url.startswith("tls://") or "://" not in url:
-        parts = urlsplit(url)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        return urlunsplit(parts._replace(netloc=host))
+        servers = []
+        for server in url.split(","):
+            parts = urlsplit(server.strip())
+            servers.append(urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1])))
+        return ",".join(servers)
     # (URL.set ignores a None password: replace the field itself.)
     return make_url(url)._replace(password=None).render_as_string(hide_password=False)
 
@@ -150,6 +154,30 @@ def running_owner(home: Path) -> Endpoints | None:
     return None
 
 
+def migrate(endpoints: Endpoints) -> None:
+    """Bring the database to the newest schema as the application role. A server that refuses
+    the connection (a wrong password, a role or database that does not exist, no pg_hba.conf
+    line for this host) is a RuntimeError naming the URL without its password."""
+    url = endpoints.app_database_url()
+    engine = make_engine(url, pool_size=1)
+    try:
+        upgrade(engine)
+    except OperationalError as error:
+        reason = " ".join(str(error.orig or error).split())
+        password = make_url(normalize_url(url)).password
+        if password:
+            reason = reason.replace(str(password), "***")
+        shown = without_credentials(url)
+        where = "HPC_DS1_DATABASE_URL" if not endpoints.embedded_postgres else "the embedded server"
+        raise RuntimeError(
+            f"cannot use the database {shown} ({where}): {reason}. Check the role, its "
+            "password, the database name, and that the server's pg_hba.conf admits this host "
+            "(docs/site-infrastructure.md)"
+        ) from None
+    finally:
+        engine.dispose()
+
+
 @contextlib.contextmanager
 def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[Endpoints]:
     """Become this home's owner: start what is not configured externally, migrate the database,
@@ -199,11 +227,7 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
             subject_prefix=settings.subject_prefix,
         )
         # Migrations run as the application role, so it owns every table they create.
-        engine = make_engine(endpoints.app_database_url(), pool_size=1)
-        try:
-            upgrade(engine)
-        finally:
-            engine.dispose()
+        migrate(endpoints)
         if nats is None or pg is None:
             external = {"nats_url": endpoints.external_nats_url}
             external["database_url"] = endpoints.external_database_url
