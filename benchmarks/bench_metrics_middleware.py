@@ -1,12 +1,12 @@
-"""The per-request cost of GET /metrics' request timing: the gateway's ASGI stack with and
-without the `RequestMetrics` middleware, in-process, no network, no I/O.
+"""The per-request cost of GET /metrics' request timing: ASGI calls with and without the
+`RequestMetrics` middleware, in-process, no network, no I/O.
 
-It builds the gateway's real edge (RequestLog -> BodyLimit -> a one-route FastAPI app answering
-POST /v1/decide with a small JSON body, the route a decision takes), with and without
-RequestMetrics outermost, and calls it directly with an ASGI scope, alternating the two in
-rounds; it prints the median time per request of each and their difference (the middleware's
-cost) with its spread over rounds. Times are this process's CPU time (time.process_time), so
-a busy shared machine inflates them less than wall time.
+Two comparisons, each alternating the two variants in rounds: the middleware alone, around an
+app that answers at once; then the gateway's real edge (RequestLog -> BodyLimit -> a one-route
+FastAPI app answering POST /v1/decide with a small JSON body, the route a decision takes) with
+and without RequestMetrics outermost. It prints the median time per request of each and their
+difference (the middleware's cost) with its spread over rounds. Times are this process's CPU
+time (time.process_time), so a busy shared machine inflates them less than wall time.
 Run: `python benchmarks/bench_metrics_middleware.py [N] [--rounds R]`."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def build(with_metrics: bool) -> FastAPI:
     return app
 
 
-async def per_request(app: FastAPI, n: int) -> float:
+async def per_request(app: Any, n: int) -> float:
     scope_base = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -75,9 +75,36 @@ async def per_request(app: FastAPI, n: int) -> float:
     return (time.process_time() - started) / n
 
 
+class _Bare:
+    """An ASGI app that answers at once, as a routed FastAPI endpoint would (the route in the
+    scope): what is left of a request is the middleware's own work."""
+
+    def __init__(self) -> None:
+        self.route = build(False).router.routes[-1]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope["route"] = self.route
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
 async def main(n: int, rounds: int) -> None:
     configure("warning", json=True)  # the request log line is built but not printed
-    plain, timed = build(False), build(True)
+    bare = _Bare()
+    alone = RequestMetrics(bare, request_histogram(CollectorRegistry()))  # type: ignore[arg-type]
+    await compare(
+        "the middleware alone, around an app that answers at once", bare, alone, n, rounds
+    )
+    await compare(
+        "the gateway's edge (RequestLog, BodyLimit) and a FastAPI route",
+        build(False),
+        build(True),
+        n,
+        rounds,
+    )
+
+
+async def compare(what: str, plain: Any, timed: Any, n: int, rounds: int) -> None:
     await per_request(plain, 500)  # warm both (FastAPI builds its route caches on first use)
     await per_request(timed, 500)
     without, with_, diffs = [], [], []
@@ -87,10 +114,7 @@ async def main(n: int, rounds: int) -> None:
         without.append(a)
         with_.append(b)
         diffs.append(b - a)
-    print(
-        f"gateway edge + one route, in-process ASGI calls, CPU time, {rounds} alternating "
-        f"rounds of {n}"
-    )
+    print(f"{what}: in-process ASGI calls, CPU time, {rounds} alternating rounds of {n}")
     print(f"  without RequestMetrics: median {1e6 * statistics.median(without):.1f} µs/request")
     print(f"  with RequestMetrics   : median {1e6 * statistics.median(with_):.1f} µs/request")
     print(
