@@ -4,6 +4,7 @@ durable pull consumers with bounded redelivery and a dead-letter stream."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -151,10 +152,13 @@ class EventBus:
                 duplicate_window=120.0,
                 num_replicas=self.settings.stream_replicas,
             )
+            # Every service of a serve does this at once; on a cluster each create waits for
+            # a new raft group, so an answer can take longer than a request's timeout on a
+            # loaded machine: ask again (an identical add_stream is answered as a success).
             try:
-                await self.js.stream_info(name)
+                await self._until_answered(functools.partial(self.js.stream_info, name))
             except NotFoundError:
-                await self.js.add_stream(config)
+                await self._until_answered(functools.partial(self.js.add_stream, config))
 
     # --- writing -------------------------------------------------------------------------
 
