@@ -37,6 +37,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -487,6 +488,9 @@ class _Scrape:
 def install_metrics(app: FastAPI, settings: Settings, bus: EventBus, engine: Engine) -> None:
     """GET /metrics and the request histogram's middleware. Call after every other
     add_middleware: it must be the outermost."""
+    # No `_created` series beside each histogram in the text format: a series per label set
+    # that no query of ours needs (process-wide; the gateway's process has no other metrics).
+    disable_created_metrics()
     registry = CollectorRegistry(auto_describe=False)
     histogram = request_histogram(registry)
     ProcessCollector(registry=registry)

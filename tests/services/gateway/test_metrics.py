@@ -247,6 +247,7 @@ async def test_request_latency_by_route_template_method_and_status_class(
 
     reply = await viewer.get("/metrics")
     assert "raw-id" not in reply.text  # never a raw path: bounded cardinality
+    assert "_created" not in reply.text  # no series per label set that nothing reads
     samples = await scrape(viewer)
     name = "hpcds1_http_request_duration_seconds_count"
     assert value(samples, name, method="POST", route="/v1/decide", status="4xx") == 4
