@@ -202,6 +202,19 @@ def test_serve_on_the_site_cluster_and_postgres(
     assert f"hpc-ds1 serve: cannot use the database {shown_db} (HPC_DS1_DATABASE_URL)" in output
     assert f'password authentication failed for user "{ROLE}"' in output
     assert "Traceback" not in output and wrong not in output
+    # A wrong NATS password: refused as early, the servers named without credentials.
+    nats_wrong = nats_url.replace(nats_password, wrong)
+    refused = start_serve(
+        home,
+        port,
+        **{**environment, "HPC_DS1_NATS_URL": nats_wrong},
+        HPC_DS1_DATABASE_URL=site_postgres.url(),
+    )
+    output, _ = refused.communicate(timeout=120)
+    assert refused.returncode == 2, output
+    assert f"hpc-ds1 serve: the NATS servers {cluster.url} (HPC_DS1_NATS_URL) refused" in output
+    assert "Authorization Violation" in output
+    assert "Traceback" not in output and wrong not in output and nats_password not in output
 
     # The right one. The model trains here meanwhile (serve needs none to start).
     process = start_serve(home, port, HPC_DS1_DATABASE_URL=site_postgres.url(), **environment)

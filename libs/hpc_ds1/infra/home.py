@@ -6,12 +6,14 @@ servers with the credentials of `$HPC_DS1_HOME/credentials/` (see secrets.py).""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
 import os
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from ..bus import server_list
 from ..db import make_engine, normalize_url, upgrade
 from ..log import get_logger
 from ..settings import Settings
@@ -178,6 +181,39 @@ def migrate(endpoints: Endpoints) -> None:
         engine.dispose()
 
 
+def check_nats_credentials(url: str) -> None:
+    """External NATS servers that refuse the credentials of `url`: a RuntimeError naming the
+    servers without them, before anything starts. An unreachable server is no error here (the
+    services wait for it)."""
+    import nats
+    import nats.errors
+
+    async def probe() -> str | None:
+        async def quiet(_: Exception) -> None:
+            return None
+
+        try:
+            nc = await nats.connect(
+                server_list(url), allow_reconnect=False, connect_timeout=2, error_cb=quiet
+            )
+        except nats.errors.Error as error:
+            words = str(error).lower()
+            return str(error) if "authorization" in words or "authentication" in words else None
+        except Exception:
+            return None
+        await nc.close()
+        return None
+
+    with ThreadPoolExecutor(1) as pool:  # own_home runs both in and out of an event loop
+        refused = pool.submit(asyncio.run, probe()).result()
+    if refused is not None:
+        raise RuntimeError(
+            f"the NATS servers {without_credentials(url)} (HPC_DS1_NATS_URL) refused its "
+            f"credentials ({refused}). Check the user and password in the URL of every server "
+            "(nats://USER:PASSWORD@HOST:PORT,...; docs/site-infrastructure.md)"
+        )
+
+
 @contextlib.contextmanager
 def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[Endpoints]:
     """Become this home's owner: start what is not configured externally, migrate the database,
@@ -199,7 +235,9 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
         secure_dir(home)  # also a home created before it was kept private
         credentials = ensure_credentials(home)
         nats_url = settings.nats_url
-        if not nats_url:
+        if nats_url:
+            check_nats_credentials(nats_url)
+        else:
             users = nats_users(settings, credentials)
             nats = EmbeddedNats(home / "nats", sync=settings.nats_sync, users=users)
             nats_url = nats.start()
