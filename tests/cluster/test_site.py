@@ -27,9 +27,10 @@ import httpx
 import psycopg
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from hpc_ds1.bus import EventBus
-from hpc_ds1.db import make_engine, tables
+from hpc_ds1.db import make_engine, normalize_url, tables
 from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.cluster import LocalCluster
 from hpc_ds1.infra.nats_server import NatsUser
@@ -43,7 +44,7 @@ from tests.deploy.processes import give_model
 DOC = Path(__file__).resolve().parents[2] / "docs" / "site-infrastructure.md"
 DOC_PASSWORD = "choose-a-long-random-password"  # the placeholder of the page's SQL
 DOC_ADDRESS = "10.1.0.0/16"  # the placeholder of the page's pg_hba.conf line
-ROLE = DATABASE = "hpcds1"
+ROLE = "hpcds1"  # the role and database of the page's SQL
 NATS_USER = "hpcds1"
 DECIDE = {
     "workload": "gemm",
@@ -59,10 +60,12 @@ def fenced(language: str) -> list[str]:
     return pattern.findall(DOC.read_text())
 
 
-def libpq(port: int, user: str, password: str | None, database: str, **extra: str) -> str:
+def libpq(
+    host: str, port: int, user: str, password: str | None, database: str, **extra: str
+) -> str:
     from psycopg.conninfo import make_conninfo
 
-    params: dict[str, Any] = {"host": "127.0.0.1", "port": port, "user": user, **extra}
+    params: dict[str, Any] = {"host": host, "port": port, "user": user, **extra}
     if password is not None:
         params["password"] = password
     return make_conninfo("", dbname=database, **params)
@@ -70,30 +73,82 @@ def libpq(port: int, user: str, password: str | None, database: str, **extra: st
 
 @dataclass
 class SitePostgres:
-    server: EmbeddedPostgres
-    superuser_password: str
-    password: str  # the role's
+    """The site's server, the role and database the page's SQL made on it, and the role's
+    password. `scram`: the server asks the role for a scram-sha-256 password (a server of
+    HPC_DS1_DATABASE_URL may trust loopback: then the checks of refused passwords cannot run)."""
+
+    host: str
+    port: int
+    role: str
+    password: str
+    scram: bool
+    secrets: tuple[str, ...]  # every password of the run (none may leak)
 
     @property
-    def port(self) -> int:
-        assert self.server.port
-        return self.server.port
+    def database(self) -> str:
+        return self.role
 
     def url(self, password: str | None = None) -> str:
-        return f"postgresql://{ROLE}:{password or self.password}@127.0.0.1:{self.port}/{DATABASE}"
+        secret = password or self.password
+        return f"postgresql://{self.role}:{secret}@{self.host}:{self.port}/{self.database}"
 
-    def as_superuser(self, database: str = "postgres") -> psycopg.Connection[Any]:
+    def connect(self, password: str | None = None, **extra: str) -> psycopg.Connection[Any]:
         return psycopg.connect(
-            libpq(self.port, "postgres", self.superuser_password, database), autocommit=True
+            libpq(self.host, self.port, self.role, password, self.database, **extra)
         )
 
 
-@pytest.fixture(scope="module")
-def site_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SitePostgres]:
-    """A Postgres with scram-sha-256 for every connection, then the page's SQL (run by psql as
-    the superuser, as a DBA would) and its pg_hba.conf line for loopback, after the
-    superuser's own line."""
-    superuser_password, password = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
+def run_dba_sql(admin: str, env: dict[str, str], role: str, password: str, directory: Path) -> None:
+    """The page's SQL as written, by psql as the DBA: only the password (and the role's name,
+    on a shared server) replaced."""
+    (sql,) = fenced("sql")
+    assert DOC_PASSWORD in sql and f"ROLE {ROLE} " in sql
+    script = directory / "hpcds1.sql"
+    script.write_text(sql.replace(DOC_PASSWORD, password).replace(ROLE, role))
+    done = subprocess.run(
+        [_bin("psql"), "-v", "ON_ERROR_STOP=1", "-d", admin, "-f", str(script)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+SERVERS = ["scram"] + (["external"] if os.environ.get("HPC_DS1_DATABASE_URL") else [])
+
+
+@pytest.fixture(scope="module", params=SERVERS)
+def site_postgres(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SitePostgres]:
+    """ "scram": a Postgres of our own with scram-sha-256 for every connection, then the page's
+    SQL (psql as the superuser, as a DBA would) and its pg_hba.conf line for loopback, after
+    the superuser's own line. "external" (only with HPC_DS1_DATABASE_URL, a role that may
+    create roles and databases, e.g. the machine's own Postgres on 5432): the page's SQL there,
+    for a role and database of this run, dropped afterwards."""
+    password = secrets.token_urlsafe(18)
+    directory = tmp_path_factory.mktemp("dba")
+    if request.param == "external":
+        admin = make_url(normalize_url(os.environ["HPC_DS1_DATABASE_URL"]))
+        conninfo = admin.set(drivername="postgresql").render_as_string(hide_password=False)
+        role = f"{ROLE}_{uuid.uuid4().hex[:8]}"
+        run_dba_sql(conninfo, {}, role, password, directory)
+        host, port = str(admin.host or "127.0.0.1"), int(admin.port or 5432)
+        site = SitePostgres(host, port, role, password, False, (password,))
+        try:
+            site.connect(require_auth="scram-sha-256").close()
+            site.scram = True
+        except psycopg.OperationalError:
+            pass  # the server does not ask this role for a scram password (trust)
+        try:
+            yield site
+        finally:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{role}" WITH (FORCE)')
+                conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+        return
+    superuser_password = secrets.token_urlsafe(18)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pgserver warns about XDG_RUNTIME_DIR on import
         server = EmbeddedPostgres(
@@ -103,42 +158,23 @@ def site_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SitePost
         )
         server.start()
     try:
-        (sql,) = fenced("sql")
-        assert DOC_PASSWORD in sql
-        script = tmp_path_factory.mktemp("dba") / "hpcds1.sql"
-        script.write_text(sql.replace(DOC_PASSWORD, password))
-        done = subprocess.run(
-            [
-                _bin("psql"),
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(server.port),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-f",
-                str(script),
-            ],
-            env={**os.environ, "PGPASSWORD": superuser_password},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
+        assert server.port
+        dba = libpq("127.0.0.1", server.port, "postgres", None, "postgres")
+        run_dba_sql(dba, {"PGPASSWORD": superuser_password}, ROLE, password, directory)
         hba = [block for block in fenced("conf") if "pg_hba.conf" in block]
         assert len(hba) == 1 and DOC_ADDRESS in hba[0]
         superuser = "host    all       postgres  127.0.0.1/32   scram-sha-256\n"
         server._write_for_server(
             server.pgdata / "pg_hba.conf", superuser + hba[0].replace(DOC_ADDRESS, "127.0.0.1/32")
         )
-        site = SitePostgres(server, superuser_password, password)
-        with site.as_superuser() as conn:
+        with psycopg.connect(
+            libpq("127.0.0.1", server.port, "postgres", superuser_password, "postgres"),
+            autocommit=True,
+        ) as conn:
             conn.execute("SELECT pg_reload_conf()")
-        yield site
+        yield SitePostgres(
+            "127.0.0.1", server.port, ROLE, password, True, (password, superuser_password)
+        )
     finally:
         server.stop()
 
@@ -154,11 +190,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def test_the_role_is_no_superuser_and_logs_in_only_with_its_scram_password(
     site_postgres: SitePostgres,
 ) -> None:
-    port, password = site_postgres.port, site_postgres.password
-    # libpq's require_auth: the client refuses unless the server asked for scram-sha-256.
-    with psycopg.connect(
-        libpq(port, ROLE, password, DATABASE, require_auth="scram-sha-256")
-    ) as conn:
+    site = site_postgres
+    with site.connect(site.password) as conn:
         found = conn.execute(
             "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
             "FROM pg_roles WHERE rolname = current_user"
@@ -167,15 +200,22 @@ def test_the_role_is_no_superuser_and_logs_in_only_with_its_scram_password(
         owner = conn.execute(
             "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()"
         ).fetchone()
-        assert owner == (ROLE,)
+        assert owner == (site.role,)
+    if not site.scram:
+        pytest.skip(
+            f"the server at {site.host}:{site.port} does not ask {site.role} for a password"
+        )
+    # libpq's require_auth: the client refuses unless the server asked for scram-sha-256.
+    site.connect(site.password, require_auth="scram-sha-256").close()
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-        psycopg.connect(libpq(port, ROLE, password + "x", DATABASE))
+        site.connect(site.password + "x")
     # Without a password: the server asks for one, by SASL (scram), never trusts.
     with pytest.raises(psycopg.OperationalError, match="server requested SASL authentication"):
-        psycopg.connect(libpq(port, ROLE, None, DATABASE, require_auth="none"))
-    # The pg_hba.conf line admits the role to its own database only.
-    with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
-        psycopg.connect(libpq(port, ROLE, password, "postgres"))
+        site.connect(None, require_auth="none")
+    if site.host == "127.0.0.1" and site.role == ROLE:  # our own server, its pg_hba.conf ours
+        # The pg_hba.conf line admits the role to its own database only.
+        with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
+            psycopg.connect(libpq(site.host, site.port, site.role, site.password, "postgres"))
 
 
 def test_serve_on_the_site_cluster_and_postgres(
@@ -192,23 +232,25 @@ def test_serve_on_the_site_cluster_and_postgres(
     }
     home, port = tmp_path / "home", free_port()
     url = f"http://127.0.0.1:{port}"
-    shown_db = f"postgresql://{ROLE}@127.0.0.1:{site_postgres.port}/{DATABASE}"
+    site = site_postgres
+    shown_db = f"postgresql://{site.role}@{site.host}:{site.port}/{site.database}"
 
     # A wrong password: serve stops before anything starts, naming the URL without it.
     wrong = f"wrong-{secrets.token_urlsafe(12)}"
-    refused = start_serve(home, port, HPC_DS1_DATABASE_URL=site_postgres.url(wrong), **environment)
-    output, _ = refused.communicate(timeout=120)
-    assert refused.returncode == 2, output
-    assert f"hpc-ds1 serve: cannot use the database {shown_db} (HPC_DS1_DATABASE_URL)" in output
-    assert f'password authentication failed for user "{ROLE}"' in output
-    assert "Traceback" not in output and wrong not in output
+    if site.scram:
+        refused = start_serve(home, port, HPC_DS1_DATABASE_URL=site.url(wrong), **environment)
+        output, _ = refused.communicate(timeout=120)
+        assert refused.returncode == 2, output
+        assert f"hpc-ds1 serve: cannot use the database {shown_db} (HPC_DS1_DATABASE_URL)" in output
+        assert f'password authentication failed for user "{site.role}"' in output
+        assert "Traceback" not in output and wrong not in output
     # A wrong NATS password: refused as early, the servers named without credentials.
     nats_wrong = nats_url.replace(nats_password, wrong)
     refused = start_serve(
         home,
         port,
         **{**environment, "HPC_DS1_NATS_URL": nats_wrong},
-        HPC_DS1_DATABASE_URL=site_postgres.url(),
+        HPC_DS1_DATABASE_URL=site.url(),
     )
     output, _ = refused.communicate(timeout=120)
     assert refused.returncode == 2, output
@@ -217,7 +259,7 @@ def test_serve_on_the_site_cluster_and_postgres(
     assert "Traceback" not in output and wrong not in output and nats_password not in output
 
     # The right one. The model trains here meanwhile (serve needs none to start).
-    process = start_serve(home, port, HPC_DS1_DATABASE_URL=site_postgres.url(), **environment)
+    process = start_serve(home, port, HPC_DS1_DATABASE_URL=site.url(), **environment)
     output = ""
     try:
         from tests.test_python_api import trained_on
@@ -226,19 +268,20 @@ def test_serve_on_the_site_cluster_and_postgres(
         version, onnx = trained_on(fingerprint())
         wait_ready(url, process)
         owner = (home / "owner.json").read_text()
+        assert nats_password not in owner and not [s for s in site.secrets if s in owner]
         assert (
             json.loads(owner)["nats_url"] == cluster.url and json.loads(owner)["embedded"] is False
         )
         settings = Settings(
             home=home,
             nats_url=nats_url,
-            database_url=site_postgres.url(),
+            database_url=site.url(),
             stream=environment["HPC_DS1_STREAM"],
             subject_prefix=environment["HPC_DS1_SUBJECT_PREFIX"],
             stream_replicas=3,
         )
         give_model(settings, device_id, version, onnx)
-        engine = make_engine(site_postgres.url(), pool_size=1)
+        engine = make_engine(site.url(), pool_size=1)
         try:
             # The migrations ran as the role: it owns every table, at the newest revision.
             with engine.connect() as conn:
@@ -246,7 +289,7 @@ def test_serve_on_the_site_cluster_and_postgres(
                     "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'public'"
                 ).all()
                 revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-            assert owners == [(ROLE,)] and len(revision) == 1
+            assert owners == [(site.role,)] and len(revision) == 1
             # A decision through the gateway, appended on the cluster and projected.
             headers = cli_headers(home)
             decision_id = decide(url, headers)
@@ -257,7 +300,7 @@ def test_serve_on_the_site_cluster_and_postgres(
                 env={
                     **env_without_settings(),
                     **environment,
-                    "HPC_DS1_DATABASE_URL": site_postgres.url(),
+                    "HPC_DS1_DATABASE_URL": site.url(),
                     "HPC_DS1_HOME": str(home),
                 },
                 capture_output=True,
@@ -277,7 +320,7 @@ def test_serve_on_the_site_cluster_and_postgres(
             engine.dispose()
     finally:
         output = stop(process, signal.SIGINT)
-    secrets_ = (site_postgres.password, nats_password, site_postgres.superuser_password)
+    secrets_ = (*site.secrets, nats_password)
     assert f"  NATS      {cluster.url}\n" in output and "  Postgres  external" in output
     assert not [s for s in secrets_ if s in output]
     # Nothing the home keeps outside credentials/ holds a password: logs, audit file, models.
