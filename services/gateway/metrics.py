@@ -149,18 +149,28 @@ class RequestMetrics:
                 status = message["status"]
             await send(message)
 
+        cancelled = False
         try:
             await self.app(scope, receive, send_status)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
-            elapsed = time.perf_counter() - started
-            method = scope.get("method", "")
-            key = (method, _route_template(scope), status // 100 if 100 <= status < 600 else 5)
-            child = self._children.get(key)
-            if child is None:
-                label = method if method in METHODS else OTHER
-                child = self.histogram.labels(label, key[1], STATUS_CLASSES[key[2] - 1])
-                self._children[key] = child
-            child.observe(elapsed)
+            # A request cancelled before any response (its client went away during a long
+            # poll) served nothing: not counted. An error without a response is a 5xx.
+            if not (cancelled and status == 0):
+                self._observe(scope, status, time.perf_counter() - started)
+
+    def _observe(self, scope: Scope, status: int, elapsed: float) -> None:
+        method = scope.get("method", "")
+        if method not in METHODS:  # any string a client sends: one label, one cache key
+            method = OTHER
+        key = (method, _route_template(scope), status // 100 if 100 <= status < 600 else 5)
+        child = self._children.get(key)
+        if child is None:
+            child = self.histogram.labels(method, key[1], STATUS_CLASSES[key[2] - 1])
+            self._children[key] = child
+        child.observe(elapsed)
 
 
 # --- of the deployment, from the projection and the log -----------------------------------

@@ -3,6 +3,7 @@ deployment's figures read from the projection and the log, equal to what was don
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,6 +12,7 @@ import httpx
 import orjson
 import pytest
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
@@ -29,7 +31,13 @@ from hpc_ds1.events import (
     envelope,
 )
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.metrics import RUN_BUCKETS, domain_families, gather_sources
+from hpc_ds1.services.gateway.metrics import (
+    RUN_BUCKETS,
+    RequestMetrics,
+    domain_families,
+    gather_sources,
+    request_histogram,
+)
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import decide_subject
 
@@ -302,3 +310,39 @@ async def test_no_metrics_when_turned_off(
     quiet = create_app(settings.model_copy(update={"metrics": False}), bus, engine)
     async for http in asgi_client(quiet, headers=as_role("viewer")):
         assert (await http.get("/metrics")).status_code == 404
+
+
+async def test_a_request_cancelled_before_any_response_is_not_counted() -> None:
+    """A client that goes away during a long poll was served nothing; an error that ends a
+    request without a response is a 5xx (RequestLog, outside the tests, makes it a JSON 500)."""
+    registry = CollectorRegistry()
+
+    class Route:
+        path_format = "/v1/agent/work"
+
+    async def cancelled(scope: Any, receive: Any, send: Any) -> None:
+        scope["route"] = Route()
+        raise asyncio.CancelledError
+
+    async def broken(scope: Any, receive: Any, send: Any) -> None:
+        scope["route"] = Route()
+        raise RuntimeError("boom")
+
+    async def nothing() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def sink(message: Any) -> None:
+        return None
+
+    histogram = request_histogram(registry)
+    for inner, error in ((cancelled, asyncio.CancelledError), (broken, RuntimeError)):
+        scope = {"type": "http", "method": "GET", "path": "/v1/agent/work"}
+        with pytest.raises(error):
+            await RequestMetrics(inner, histogram)(scope, nothing, sink)
+    counted = {
+        (s.labels["status"], s.value)
+        for f in registry.collect()
+        for s in f.samples
+        if s.name.endswith("_count")
+    }
+    assert counted == {("5xx", 1.0)}
