@@ -106,3 +106,21 @@ async def test_consumer_acks_handled_and_dead_letters_the_rest(bus: EventBus) ->
     assert reasons[1].startswith("malformed")
     info = await bus.js.consumer_info(bus.stream, "tester")
     assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_a_replay_filtered_on_several_subjects_keeps_the_order(
+    bus: EventBus,
+) -> None:
+    from hpc_ds1.events import TokenRevoked
+
+    revoked = [
+        envelope(TokenRevoked(token_id=f"t{i}"), actor="t", source="t", prefix=bus.prefix)
+        for i in range(3)
+    ]
+    devices = [registered(bus, f"dev-{i}") for i in range(3)]
+    # device, token, device, token, device, token: the last match of "device" lies before the end
+    await bus.publish_many([e for pair in zip(devices, revoked, strict=True) for e in pair])
+    wanted = [f"{bus.prefix}.device.>", f"{bus.prefix}.audit.>"]
+    got = [e async for chunk in bus.replay(1, wanted) for e in chunk]
+    assert [e.seq for e in got] == [1, 3, 5]
+    assert [e.subject for e in got] == [env.subject for env in devices]

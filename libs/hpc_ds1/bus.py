@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -289,20 +289,25 @@ class EventBus:
     async def replay(
         self,
         start_seq: int = 1,
-        filter_subject: str | None = None,
+        filter_subject: str | Sequence[str] | None = None,
         stop_at: int | None = None,
         batch: int = 500,
     ) -> AsyncIterator[list[RawEvent]]:
-        """Read the log in order from `start_seq` up to `stop_at` (default: the end now)."""
+        """Read the log in order from `start_seq` up to `stop_at` (default: the end now); only
+        the subjects matching `filter_subject` (one pattern, or several) when given."""
         stop_at = await self.last_sequence() if stop_at is None else stop_at
         if stop_at < start_seq:
             return
+        several = (
+            None if filter_subject is None or isinstance(filter_subject, str) else filter_subject
+        )
         sub = await self._until_answered(
             lambda: self.js.pull_subscribe(
-                filter_subject or f"{self.prefix}.>",
+                filter_subject if isinstance(filter_subject, str) else f"{self.prefix}.>",
                 durable=None,
                 stream=self.stream,
                 config=ConsumerConfig(
+                    filter_subjects=list(several) if several else None,
                     deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                     opt_start_seq=start_seq,
                     ack_policy=AckPolicy.NONE,
@@ -329,6 +334,12 @@ class EventBus:
                     yield kept
                 if len(kept) < len(events) or events[-1].seq >= stop_at:
                     return
+                if filter_subject is not None and len(events) < batch:
+                    # A filtered replay whose last match lies before stop_at: ask, rather than
+                    # wait out a fetch's second.
+                    info = await self._until_answered(sub.consumer_info)
+                    if info.num_pending == 0:
+                        return
         finally:
             await sub.unsubscribe()
 

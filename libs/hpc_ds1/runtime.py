@@ -10,9 +10,9 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine
 
@@ -178,6 +178,29 @@ async def run_services(
     stopper.cancel()
     if failed:
         raise failed[0].exception()  # type: ignore[misc]
+
+
+T = TypeVar("T")
+
+
+def run_loop(main: Coroutine[Any, Any, T], settings: Settings) -> T:
+    """Run a process's services to the end on the event loop the settings choose: uvloop's
+    (libuv: its socket writes and callbacks cost less CPU per request, docs/performance.md)
+    where installed, else asyncio's own."""
+    choice = settings.event_loop
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                main.close()
+                raise RuntimeError(
+                    "HPC_DS1_EVENT_LOOP=uvloop but uvloop is not installed: "
+                    "pip install uvloop, or set it to auto or asyncio"
+                ) from None
+        else:
+            return uvloop.run(main)
+    return asyncio.run(main)
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

@@ -61,6 +61,18 @@ class Settings(BaseSettings):
         description="JetStream replicas of the event log and model bucket: 3 on a 3-node cluster.",
     )
     projector_batch: int = Field(default=2000, ge=1, le=10_000)
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto",
+        description="The services' event loop: uvloop (libuv, in C) or asyncio's own; auto: "
+        "uvloop where it is installed.",
+    )
+    projector_linger_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=1000,
+        description="A small batch waits this long for more events before it is written "
+        "(fewer transactions under a trickle; 0: never wait).",
+    )
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
     launcher: Literal["mpiexec", "srun"] = Field(

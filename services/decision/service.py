@@ -32,6 +32,7 @@ from hpc_ds1.runner.estimate import (
     load_measured,
 )
 from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.singleflight import SingleFlight
 from hpc_ds1.space import Config, ConfigSpace, InfeasibleConfig
 from hpc_ds1.subjects import agent_run_subject
 
@@ -91,6 +92,7 @@ class DecisionService:
         self.ctx = ctx
         self._models: dict[str, Any] = {}  # device id -> Model
         self._devices: dict[str | None, tuple[float, tuple[str, Fingerprint]]] = {}
+        self._device_flights: SingleFlight[tuple[str, Fingerprint]] = SingleFlight()
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs_waiting = 0
         self.answered = 0  # requests this replica took (its status tells replicas apart)
@@ -172,6 +174,9 @@ class DecisionService:
         cached = self._devices.get(device_id)
         if cached is not None and time.monotonic() - cached[0] < DEVICE_CACHE_S:
             return cached[1]
+        return await self._device_flights.do(device_id, lambda: self._refresh_device(device_id))
+
+    async def _refresh_device(self, device_id: str | None) -> tuple[str, Fingerprint]:
         found_id, raw = await self._lookup_device(device_id)
         found = (found_id, Fingerprint.model_validate(raw))
         self._devices[device_id] = (time.monotonic(), found)

@@ -29,6 +29,7 @@ from sqlalchemy import Engine
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.log import get_logger
+from hpc_ds1.singleflight import SingleFlight
 from hpc_ds1.tokens import TOKEN_PATTERN, Principal, lookup, token_hash
 
 log = get_logger("gateway.auth")
@@ -54,6 +55,7 @@ class TokenCache:
         self._sub: Subscription | None = None
         self._starting = asyncio.Lock()
         self._reconnects = 0
+        self._flights: SingleFlight[Principal | None] = SingleFlight()
 
     async def watch(self) -> None:
         """Subscribe to revocations (once); the cache serves nothing until this is done."""
@@ -98,6 +100,10 @@ class TokenCache:
             self._reconnects = reconnects
         return True
 
+    async def _lookup(self, token: str) -> Principal | None:
+        self.lookups += 1
+        return await asyncio.to_thread(lookup, self.engine, token)
+
     async def principal(self, token: str) -> Principal | None:
         """The holder of a registered, unrevoked token; None otherwise."""
         if not TOKEN_PATTERN.match(token):
@@ -109,8 +115,7 @@ class TokenCache:
         if entry is not None and time.monotonic() < entry.expires:
             if entry.principal.token_id not in self.revoked:
                 return entry.principal
-        self.lookups += 1
-        found = await asyncio.to_thread(lookup, self.engine, token)
+        found = await self._flights.do(key, lambda: self._lookup(token))
         if found is None or found.token_id in self.revoked:
             self._entries.pop(key, None)
             return None

@@ -121,7 +121,8 @@ class PlacementService:
         """Fold the whole log as it is now; the last sequence folded."""
         last = await self.bus.last_sequence()
         folded = 0
-        async for chunk in self.bus.replay(1, stop_at=last):
+        followed = [f"{self.bus.prefix}.{a}.>" for a in FleetState.FOLDED_AGGREGATES]
+        async for chunk in self.bus.replay(1, followed, stop_at=last):
             for raw in chunk:
                 try:
                     self.take(raw.seq, raw.subject, raw.data)
@@ -142,11 +143,13 @@ class PlacementService:
         js, stream = self.bus.js, self.bus.stream
         with contextlib.suppress(NotFoundError):
             await js.delete_consumer(stream, DURABLE)  # from before: its position is not ours
+        prefix = self.bus.prefix
         return await js.pull_subscribe(
-            f"{self.bus.prefix}.>",
+            f"{prefix}.>",
             durable=DURABLE,
             stream=stream,
             config=ConsumerConfig(
+                filter_subjects=[f"{prefix}.{a}.>" for a in FleetState.FOLDED_AGGREGATES],
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                 opt_start_seq=start_seq,
                 ack_policy=AckPolicy.EXPLICIT,

@@ -12,7 +12,11 @@ __all__ = ["Projector", "project", "rebuild", "run"]
 
 async def run(ctx: ServiceContext) -> None:
     projector = Projector(
-        ctx.engine, ctx.bus, AuditFile(ctx.settings.audit_path), ctx.settings.projector_batch
+        ctx.engine,
+        ctx.bus,
+        AuditFile(ctx.settings.audit_path),
+        ctx.settings.projector_batch,
+        linger_s=ctx.settings.projector_linger_ms / 1000,
     )
     ctx.facts["applied"] = lambda: projector.applied
     # Read by readiness: the gateway answers 503 while `healthy` is False.

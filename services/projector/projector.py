@@ -32,6 +32,11 @@ log = get_logger("projector")
 ANCHOR_EVERY_S = 60.0  # at most one audit anchor a minute, and only after other events
 STUCK_AFTER_S = 5.0  # the same position failing this long: unhealthy
 STALLED_AFTER_S = 15.0  # events waiting and the checkpoint still this long: unhealthy
+# A trickle of events (one per request under a steady API load) would otherwise be one
+# transaction each: the commit, checkpoint and audit append cost more than the rows. A batch
+# smaller than this waits `linger_s` (HPC_DS1_PROJECTOR_LINGER_MS) for company, as Kafka's
+# linger.ms: the projection lags a few ms more and costs less per event (docs/performance.md).
+LINGER_BELOW = 32
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,10 @@ class Projector:
         anchor_every_s: float = ANCHOR_EVERY_S,
         stuck_after_s: float = STUCK_AFTER_S,
         stalled_after_s: float = STALLED_AFTER_S,
+        linger_s: float = 0.0,
     ) -> None:
         self.engine = engine
+        self.linger_s = linger_s
         self.bus = bus
         self.audit = audit
         self.batch = batch
@@ -216,6 +223,9 @@ class Projector:
                 events = await fetching
                 if stop.is_set() and not events:
                     break
+                if self.linger_s and 0 < len(events) < LINGER_BELOW and not stop.is_set():
+                    await asyncio.sleep(self.linger_s)
+                    events += await self._fetch(sub, self.linger_s)
                 fetching = asyncio.create_task(self._fetch(sub))
                 if not events:
                     # Caught up with all the log delivers (a message deleted at its end is
@@ -248,9 +258,11 @@ class Projector:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[RawEvent]:
+    async def _fetch(
+        self, sub: JetStreamContext.PullSubscription, wait_s: float = 0.25
+    ) -> list[RawEvent]:
         try:
-            msgs = await sub.fetch(self.batch, timeout=0.25)
+            msgs = await sub.fetch(self.batch, timeout=wait_s)
         except (NatsTimeout, TimeoutError):
             return []
         return [RawEvent(stream_sequence(m), m.subject, m.data) for m in msgs]

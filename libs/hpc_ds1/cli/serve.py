@@ -19,7 +19,7 @@ from ..credentials import (
 )
 from ..db import make_engine
 from ..infra.home import Endpoints, own_home
-from ..runtime import SERVICES, install_stop_signals, run_services
+from ..runtime import SERVICES, install_stop_signals, run_loop, run_services
 from ..settings import Settings
 from . import UsageError
 from .common import add_home_argument, load_settings
@@ -72,7 +72,7 @@ def serve(settings: Settings, services: tuple[str, ...], processes: bool = False
                     print("            (this machine only: `serve --host 0.0.0.0` for others)")
             # Forked here, before this process has an event loop or a thread.
             children = start_children(services, settings) if processes else None
-            asyncio.run(_serve(settings, services, ends, started, children))
+            run_loop(_serve(settings, services, ends, started, children), settings)
     except RuntimeError as error:
         raise UsageError(str(error)) from None
     return 0

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 
 from ..infra.home import use_home
-from ..runtime import SERVICES, NatsUrls, install_stop_signals, run_services
+from ..runtime import SERVICES, NatsUrls, install_stop_signals, run_loop, run_services
 from ..settings import Settings
 from . import UsageError
 from .common import add_home_argument, load_settings
@@ -25,7 +25,9 @@ def handle(args: argparse.Namespace) -> int:
         # Alone, a service attaches to the home's owner or starts the embedded servers itself.
         try:
             with use_home(settings) as ends:
-                asyncio.run(_one(args.name, settings, ends.nats_url_for, ends.app_database_url()))
+                run_loop(
+                    _one(args.name, settings, ends.nats_url_for, ends.app_database_url()), settings
+                )
         except RuntimeError as error:
             raise UsageError(str(error)) from None
         return 0
@@ -33,7 +35,7 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.name == "projector":
         upgrade(make_engine(settings.database_url, pool_size=1))
-    asyncio.run(_one(args.name, settings, settings.nats_url, settings.database_url))
+    run_loop(_one(args.name, settings, settings.nats_url, settings.database_url), settings)
     return 0
 
 

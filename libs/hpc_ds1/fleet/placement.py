@@ -500,6 +500,10 @@ class FleetState:
     def placed_not_started(self) -> list[TaskView]:
         return [t for t in self.tasks.values() if t.status == "placed"]
 
+    # The aggregates whose events `apply` folds: placement's consumer follows only these
+    # (decisions, sessions, tokens... are most of a busy log and change nothing here).
+    FOLDED_AGGREGATES = ("device", "measurement", "model", "task")
+
     def apply(self, seq: int, event: Event, at: float) -> Change:
         """Fold one event (stream sequence `seq`, envelope time `at` in unix seconds). A task
         event at or before the task's last folded sequence is skipped, so an event placement
