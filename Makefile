@@ -62,6 +62,7 @@ bench-eventlog: $(STAMP) ## events/s publish→row and projection lag, both sync
 	$(BIN)/python benchmarks/bench_eventlog.py
 
 bench-decide-http: $(STAMP) ## POST /v1/decide through `serve`: p50/p99 (1 client), requests/s (8), CPU per request
+	@deploy/install-wrk.sh
 	$(BIN)/python benchmarks/bench_decide_http.py
 
 bench-kernels: $(STAMP) ## the numba kernels against library baselines
@@ -86,6 +87,7 @@ bench-replicas: $(STAMP) ## two gateways, decisions, projectors as processes: ki
 	$(BIN)/python benchmarks/bench_replicas.py --rounds 10
 
 bench-serve-modes: $(STAMP) ## `serve` with its services in one process vs each its own: decide p50/p99, requests/s (1 and 8 clients)
+	@deploy/install-wrk.sh
 	$(BIN)/python benchmarks/bench_serve_modes.py 1000 --rounds 2
 
 bench-console: $(STAMP) ## the console's first view with 100,000 events in the log (HTTP and a real browser)

@@ -18,16 +18,17 @@ import asyncio
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import orjson
 import psutil
+from loadgen import Load, run_httpx, run_wrk, wrk_path
 
 from hpc_ds1.credentials import read_cli_token
 from hpc_ds1.hardware import fingerprint
@@ -45,11 +46,6 @@ BODY = {
     "config": {"ranks": 1, "threads": 2, "tile": 32},
     "telemetry": {"runtime_s": 0.004},
 }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))]
 
 
 async def prepare(settings: Settings) -> None:
@@ -82,7 +78,13 @@ def cpu_by_process(pid: int) -> dict[str, float]:
         except psutil.Error:
             continue
         service = re.search(r"\bservice (\w+)", " ".join(command))
-        name = service.group(1) if service else Path(command[0]).name
+        title = process.name()  # a forked service names itself hpcds1-NAME (serve --processes)
+        if service:
+            name = service.group(1)
+        elif title.startswith("hpcds1-"):
+            name = title.removeprefix("hpcds1-")
+        else:
+            name = Path(command[0]).name
         used[name] = used.get(name, 0.0) + times.user + times.system
     return used
 
@@ -118,39 +120,41 @@ def stop_profiler(spy: subprocess.Popen[bytes] | None) -> None:
         print(f"py-spy failed ({spy.returncode}): {err.decode()[-500:]}", file=sys.stderr)
 
 
-async def measure(
+def measure(
     url: str,
     n: int,
     clients: int,
     headers: dict[str, str],
     spy: tuple[int, Path | None, str] | None = None,
-) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    queue = iter(range(n))
+    client: str = "auto",
+    seconds: float = 10.0,
+) -> Load:
+    """One measurement: wrk for `seconds` (after a 2 s warm-up) where installed and not told
+    otherwise, else n requests from httpx (after 50 warm-ups)."""
+    use_wrk = client == "wrk" or (client == "auto" and wrk_path() is not None)
+    if not use_wrk:
 
-    async def client(http: httpx.AsyncClient) -> None:
-        for _ in queue:
-            started = time.perf_counter()
-            reply = await http.post("/v1/decide", json=BODY)
-            latencies.append(time.perf_counter() - started)
-            if reply.status_code != 200:
-                raise SystemExit(f"decide answered {reply.status_code}: {reply.text}")
+        def around() -> Callable[[], None]:
+            recorder = profiler(*spy) if spy else None
+            return lambda: stop_profiler(recorder)
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30, headers=headers) as http:
-        for _ in range(50):  # warm-up: connections, model load, caches
-            await http.post("/v1/decide", json=BODY)
-        recorder = profiler(*spy) if spy else None
-        try:
-            started = time.perf_counter()
-            await asyncio.gather(*(client(http) for _ in range(clients)))
-            elapsed = time.perf_counter() - started
-        finally:
-            stop_profiler(recorder)
-    return latencies, elapsed
+        return asyncio.run(run_httpx(url, "/v1/decide", BODY, headers, clients, n, around))
+    run_wrk(url, "/v1/decide", BODY, headers, clients, 2)  # warm-up: connections, caches
+    recorder = profiler(*spy) if spy else None
+    try:
+        return run_wrk(url, "/v1/decide", BODY, headers, clients, seconds)
+    finally:
+        stop_profiler(recorder)
 
 
-async def main(n: int, kept: Path | None, profile: Path | None, extra: list[str]) -> None:
+async def main(
+    n: int,
+    kept: Path | None,
+    profile: Path | None,
+    extra: list[str],
+    client: str = "auto",
+    seconds: float = 10.0,
+) -> None:
     home = kept or Path(tempfile.mkdtemp(prefix="hpcds1-bench-decide-"))
     settings = Settings(home=home, port=free_port(), log_level="warning")
     if kept is not None and (home / PREPARED).exists():
@@ -180,27 +184,28 @@ async def main(n: int, kept: Path | None, profile: Path | None, extra: list[str]
             # Every call carries a credential: the home's own CLI token, as the CLI sends it.
             headers = await _home_credential(http, home)
         cpu_start = cpu_by_process(serve.pid)
-        one, _ = await measure(url, n, 1, headers, (serve.pid, profile, "decide-1-client"))
+        spy = (serve.pid, profile, "decide-1-client")
+        one = await asyncio.to_thread(measure, url, n, 1, headers, spy, client, seconds)
         cpu_one = cpu_by_process(serve.pid)
-        many, elapsed = await measure(url, n, 8, headers, (serve.pid, profile, "decide-8-clients"))
+        spy = (serve.pid, profile, "decide-8-clients")
+        many = await asyncio.to_thread(measure, url, n, 8, headers, spy, client, seconds)
         cpu_many = cpu_by_process(serve.pid)
     finally:
         serve.terminate()
         serve.wait(60)
+    warm = 50 if one.client == "httpx" else 0  # wrk's warm-up requests are not counted
     print(
         f"POST /v1/decide with telemetry over loopback to `hpc-ds1 serve` (gateway -> NATS -> "
-        f"decision service -> decision event), {n} requests each"
+        f"decision service -> decision event), client {one.client}, load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    print(
-        f"  1 client : p50 {1000 * statistics.median(one):.2f} ms  "
-        f"p99 {1000 * percentile(one, 0.99):.2f} ms  ({n / sum(one):.0f} requests/s)  "
-        f"{cpu_per_request(cpu_start, cpu_one, n + 50)}"
-    )
-    print(
-        f"  8 clients: p50 {1000 * statistics.median(many):.2f} ms  "
-        f"p99 {1000 * percentile(many, 0.99):.2f} ms  {n / elapsed:.0f} requests/s  "
-        f"{cpu_per_request(cpu_one, cpu_many, n + 50)}"
-    )
+    rows = (("1 client ", one, (cpu_start, cpu_one)), ("8 clients", many, (cpu_one, cpu_many)))
+    for label, load, cpu in rows:
+        print(
+            f"  {label}: p50 {load.p50_ms:.2f} ms  p99 {load.p99_ms:.2f} ms  "
+            f"{load.rps:.0f} requests/s ({load.requests} in {load.seconds:.1f} s)  "
+            f"{cpu_per_request(*cpu, load.requests + warm)}"
+        )
 
 
 async def _home_credential(http: httpx.AsyncClient, home: Path) -> dict[str, str]:
@@ -236,7 +241,16 @@ if __name__ == "__main__":
         help="a setting for `serve` (e.g. HPC_DS1_TOKEN_CACHE_S=0: the gateway's token cache "
         "off, for a before/after in one run)",
     )
+    parser.add_argument(
+        "--client",
+        choices=("auto", "wrk", "httpx"),
+        default="auto",
+        help="the load generator: wrk (C; auto picks it where installed) or httpx (Python)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="length of each wrk measurement"
+    )
     args = parser.parse_args()
     if any("=" not in item for item in args.env):
         parser.error("--env takes NAME=VALUE")
-    asyncio.run(main(args.n, args.home, args.profile, args.env))
+    asyncio.run(main(args.n, args.home, args.profile, args.env, args.client, args.seconds))

@@ -20,7 +20,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_decide_http import _home_credential, _ready, measure, percentile, prepare
+from bench_decide_http import _home_credential, _ready, measure, prepare
+from loadgen import wrk_path
 
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
@@ -28,7 +29,9 @@ from hpc_ds1.settings import Settings
 MODES = {"one process": [], "separate processes": ["--processes"]}
 
 
-async def one_mode(home: Path, port: int, flags: list[str], n: int) -> dict[str, float]:
+async def one_mode(
+    home: Path, port: int, flags: list[str], n: int, client: str = "auto"
+) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
     env.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(port), HPC_DS1_LOG_LEVEL="warning")
     serve = subprocess.Popen(
@@ -47,23 +50,23 @@ async def one_mode(home: Path, port: int, flags: list[str], n: int) -> dict[str,
                 await asyncio.sleep(0.2)
             ready_s = time.perf_counter() - launched
             headers = await _home_credential(http, home)
-        one, _ = await measure(url, n, 1, headers)
-        many, elapsed = await measure(url, n, 8, headers)
+        one = await asyncio.to_thread(measure, url, n, 1, headers, None, client)
+        many = await asyncio.to_thread(measure, url, n, 8, headers, None, client)
     finally:
         serve.terminate()
         serve.wait(120)
     return {
         "ready_s": ready_s,
-        "p50_1": 1000 * statistics.median(one),
-        "p99_1": 1000 * percentile(one, 0.99),
-        "rps_1": n / sum(one),
-        "p50_8": 1000 * statistics.median(many),
-        "p99_8": 1000 * percentile(many, 0.99),
-        "rps_8": n / elapsed,
+        "p50_1": one.p50_ms,
+        "p99_1": one.p99_ms,
+        "rps_1": one.rps,
+        "p50_8": many.p50_ms,
+        "p99_8": many.p99_ms,
+        "rps_8": many.rps,
     }
 
 
-async def main(n: int, rounds: int, home: Path | None) -> None:
+async def main(n: int, rounds: int, home: Path | None, client: str = "auto") -> None:
     if home is None:
         home = Path(tempfile.mkdtemp(prefix="hpcds1-bench-modes-"))
         settings = Settings(home=home, port=free_port(), log_level="warning")
@@ -75,7 +78,7 @@ async def main(n: int, rounds: int, home: Path | None) -> None:
     for round_ in range(rounds):
         for mode, flags in MODES.items():
             started = time.perf_counter()
-            found = await one_mode(home, settings.port, flags, n)
+            found = await one_mode(home, settings.port, flags, n, client)
             results[mode].append(found)
             print(
                 f"  round {round_ + 1} {mode:<19}: 1 client p50 {found['p50_1']:.2f} ms p99 "
@@ -85,8 +88,11 @@ async def main(n: int, rounds: int, home: Path | None) -> None:
                 f"({time.perf_counter() - started:.0f} s)",
                 flush=True,
             )
-    print(f"POST /v1/decide with telemetry through `hpc-ds1 serve`, {n} requests per figure, ")
-    print(f"median of {rounds} alternating rounds, on {os.cpu_count()} CPUs")
+    used = "wrk" if client == "wrk" or (client == "auto" and wrk_path()) else "httpx"
+    per = "10 s of wrk" if used == "wrk" else f"{n} requests"
+    print(f"POST /v1/decide with telemetry through `hpc-ds1 serve`, {per} per figure, ")
+    print(f"median of {rounds} alternating rounds, on {os.cpu_count()} CPUs, load average")
+    print(f"{os.getloadavg()[0]:.1f} at the end")
     print(f"  {'mode':<19} {'1 client p50/p99 ms':>20} {'req/s':>7} {'8 clients p50/p99 ms':>21}")
     medians: dict[str, dict[str, float]] = {}
     for mode, runs in results.items():
@@ -109,5 +115,11 @@ if __name__ == "__main__":
     parser.add_argument("n", nargs="?", type=int, default=1000, help="requests per figure")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of the modes")
     parser.add_argument("--home", type=Path, help="reuse a home an earlier run prepared")
+    parser.add_argument(
+        "--client",
+        choices=("auto", "wrk", "httpx"),
+        default="auto",
+        help="the load generator: wrk (C; auto picks it where installed) or httpx (Python)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.n, args.rounds, args.home))
+    asyncio.run(main(args.n, args.rounds, args.home, args.client))
