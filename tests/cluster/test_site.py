@@ -257,6 +257,29 @@ def test_serve_on_the_site_cluster_and_postgres(
     assert f"hpc-ds1 serve: the NATS servers {cluster.url} (HPC_DS1_NATS_URL) refused" in output
     assert "Authorization Violation" in output
     assert "Traceback" not in output and wrong not in output and nats_password not in output
+    # `hpc-ds1 service NAME` (a container of the compose file) refuses them as early.
+    refusals = [("decision", {"HPC_DS1_NATS_URL": nats_wrong}, "the NATS servers")]
+    if site.scram:
+        refusals.append(
+            ("projector", {"HPC_DS1_DATABASE_URL": site.url(wrong)}, "cannot use the database")
+        )
+    for service, bad, named in refusals:
+        done = subprocess.run(
+            [HPC_DS1, "service", service],
+            env={
+                **env_without_settings(),
+                **environment,
+                "HPC_DS1_DATABASE_URL": site.url(),
+                "HPC_DS1_HOME": str(home),
+                **bad,
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        said = done.stdout + done.stderr
+        assert done.returncode == 2 and f"hpc-ds1 service: {named} " in said, said
+        assert "Traceback" not in said and wrong not in said and nats_password not in said
 
     # The right one. The model trains here meanwhile (serve needs none to start).
     process = start_serve(home, port, HPC_DS1_DATABASE_URL=site.url(), **environment)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from ..infra.home import use_home
+from ..infra.home import Endpoints, check_nats_credentials, migrate, use_home
 from ..runtime import SERVICES, NatsUrls, install_stop_signals, run_loop, run_services
 from ..settings import Settings
 from . import UsageError
@@ -31,10 +31,15 @@ def handle(args: argparse.Namespace) -> int:
         except RuntimeError as error:
             raise UsageError(str(error)) from None
         return 0
-    from ..db import make_engine, upgrade
-
-    if args.name == "projector":
-        upgrade(make_engine(settings.database_url, pool_size=1))
+    # External servers (each container of the compose file): refused NATS credentials are one
+    # clear line before the service starts (an unreachable server is waited for); the
+    # projector brings the schema up to date, and a database that refuses it is one line too.
+    try:
+        check_nats_credentials(settings.nats_url)
+        if args.name == "projector":
+            migrate(Endpoints.external(settings))
+    except RuntimeError as error:
+        raise UsageError(str(error)) from None
     run_loop(_one(args.name, settings, settings.nats_url, settings.database_url), settings)
     return 0
 
