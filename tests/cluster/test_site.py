@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from psycopg import sql
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
@@ -101,10 +102,10 @@ class SitePostgres:
 def run_dba_sql(admin: str, env: dict[str, str], role: str, password: str, directory: Path) -> None:
     """The page's SQL as written, by psql as the DBA: only the password (and the role's name,
     on a shared server) replaced."""
-    (sql,) = fenced("sql")
-    assert DOC_PASSWORD in sql and f"ROLE {ROLE} " in sql
+    (written,) = fenced("sql")
+    assert DOC_PASSWORD in written and f"ROLE {ROLE} " in written
     script = directory / "hpcds1.sql"
-    script.write_text(sql.replace(DOC_PASSWORD, password).replace(ROLE, role))
+    script.write_text(written.replace(DOC_PASSWORD, password).replace(ROLE, role))
     done = subprocess.run(
         [_bin("psql"), "-v", "ON_ERROR_STOP=1", "-d", admin, "-f", str(script)],
         env={**os.environ, **env},
@@ -123,10 +124,11 @@ def site_postgres(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SitePostgres]:
     """ "scram": a Postgres of our own with scram-sha-256 for every connection, then the page's
-    SQL (psql as the superuser, as a DBA would) and its pg_hba.conf line for loopback, after
-    the superuser's own line. "external" (only with HPC_DS1_DATABASE_URL, a role that may
-    create roles and databases, e.g. the machine's own Postgres on 5432): the page's SQL there,
-    for a role and database of this run, dropped afterwards."""
+    SQL (psql as a DBA role with CREATEROLE and CREATEDB, no superuser) and its pg_hba.conf
+    line for loopback, after the superuser's own line. "external" (only with
+    HPC_DS1_DATABASE_URL, a role that may create roles and databases, e.g. the machine's own
+    Postgres on 5432): the page's SQL there, for a role and database of this run, dropped
+    afterwards."""
     password = secrets.token_urlsafe(18)
     directory = tmp_path_factory.mktemp("dba")
     if request.param == "external":
@@ -159,8 +161,19 @@ def site_postgres(
         server.start()
     try:
         assert server.port
-        dba = libpq("127.0.0.1", server.port, "postgres", None, "postgres")
-        run_dba_sql(dba, {"PGPASSWORD": superuser_password}, ROLE, password, directory)
+        # The DBA: no superuser, only CREATEROLE and CREATEDB (the page's harder case).
+        dba_password = secrets.token_urlsafe(18)
+        with psycopg.connect(
+            libpq("127.0.0.1", server.port, "postgres", superuser_password, "postgres"),
+            autocommit=True,
+        ) as conn:
+            conn.execute(
+                sql.SQL("CREATE ROLE dba LOGIN CREATEROLE CREATEDB PASSWORD {}").format(
+                    sql.Literal(dba_password)
+                )
+            )
+        dba = libpq("127.0.0.1", server.port, "dba", None, "postgres")
+        run_dba_sql(dba, {"PGPASSWORD": dba_password}, ROLE, password, directory)
         hba = [block for block in fenced("conf") if "pg_hba.conf" in block]
         assert len(hba) == 1 and DOC_ADDRESS in hba[0]
         superuser = "host    all       postgres  127.0.0.1/32   scram-sha-256\n"
@@ -173,7 +186,12 @@ def site_postgres(
         ) as conn:
             conn.execute("SELECT pg_reload_conf()")
         yield SitePostgres(
-            "127.0.0.1", server.port, ROLE, password, True, (password, superuser_password)
+            "127.0.0.1",
+            server.port,
+            ROLE,
+            password,
+            True,
+            (password, superuser_password, dba_password),
         )
     finally:
         server.stop()
