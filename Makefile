@@ -41,7 +41,7 @@ typecheck: $(STAMP) ## mypy over libs and services
 	$(BIN)/mypy
 
 pytest: $(STAMP) ## the test suite alone
-	@status=0; $(BIN)/pytest -q -rs || status=$$?; \
+	@status=0; $(BIN)/pytest -q -rs --durations=30 || status=$$?; \
 	if [ -d "$(SCREENS)" ]; then echo "console screenshots (one per section, tests/console): $(SCREENS)"; fi; \
 	exit $$status
 
