@@ -106,8 +106,11 @@ def run_dba_sql(admin: str, env: dict[str, str], role: str, password: str, direc
     assert DOC_PASSWORD in written and f"ROLE {ROLE} " in written
     script = directory / "hpcds1.sql"
     script.write_text(written.replace(DOC_PASSWORD, password).replace(ROLE, role))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pgserver warns about XDG_RUNTIME_DIR on import
+        psql = _bin("psql")
     done = subprocess.run(
-        [_bin("psql"), "-v", "ON_ERROR_STOP=1", "-d", admin, "-f", str(script)],
+        [psql, "-v", "ON_ERROR_STOP=1", "-d", admin, "-f", str(script)],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
