@@ -26,7 +26,7 @@ from loadgen import wrk_path
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
 
-MODES = {"one process": [], "separate processes": ["--processes"]}
+MODES = {"one process": ["--one-process"], "separate processes": ["--processes"]}
 
 
 async def one_mode(

@@ -61,6 +61,11 @@ class Settings(BaseSettings):
         description="JetStream replicas of the event log and model bucket: 3 on a 3-node cluster.",
     )
     projector_batch: int = Field(default=2000, ge=1, le=10_000)
+    serve_mode: Literal["one-process", "processes"] = Field(
+        default="one-process",
+        description="`serve` runs every service in its own process, or all in one "
+        "(`serve --processes` / `--one-process` for one start).",
+    )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",
         description="The services' event loop: uvloop (libuv, in C) or asyncio's own; auto: "

@@ -31,12 +31,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8765)")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--processes",
-        action="store_true",
+        dest="mode",
+        action="store_const",
+        const="processes",
         help="run each service in a process of its own, as `hpc-ds1 service NAME` does "
-        "(default: every service in this one process, measured faster on 2 shared cores: "
-        "benchmarks/bench_serve_modes.py)",
+        "(default: HPC_DS1_SERVE_MODE; benchmarks/bench_serve_modes.py measures both)",
+    )
+    mode.add_argument(
+        "--one-process",
+        dest="mode",
+        action="store_const",
+        const="one-process",
+        help="run every service in this one process",
     )
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
@@ -44,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def handle(args: argparse.Namespace) -> int:
     settings = load_settings(host=args.host, port=args.port, home=args.home)
-    return serve(settings, SERVICES, processes=args.processes)
+    mode = args.mode or settings.serve_mode
+    return serve(settings, SERVICES, processes=mode == "processes")
 
 
 def serve(settings: Settings, services: tuple[str, ...], processes: bool = False) -> int:
