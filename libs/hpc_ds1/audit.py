@@ -178,23 +178,31 @@ class AuditFile:
 
     def append(self, records: Iterable[dict[str, Any]]) -> int:
         """Write the records whose `seq` is beyond what the file holds; fsync; return the count."""
-        lines = []
+        lines: list[bytes] = []
+        last_hash, last_seq = self.last_hash, self.last_seq
+        last: dict[str, Any] | None = None
         for record in records:
-            if int(record["seq"]) <= self.last_seq:
+            seq = int(record["seq"])
+            if seq <= last_seq:
                 continue
-            body = {k: v for k, v in record.items() if k not in ("prev", "hash")}
-            body["prev"] = self.last_hash
-            text = canonical(body)
-            digest = hashlib.sha256((self.last_hash + text).encode()).hexdigest()
+            if "prev" in record or "hash" in record:
+                body = {k: v for k, v in record.items() if k not in ("prev", "hash")}
+                body["prev"] = last_hash
+            else:  # as audit_record makes them
+                body = {**record, "prev": last_hash}
+            # canonical(body), kept as bytes: hashed and written without a decode and encode.
+            text = orjson.dumps(body, option=orjson.OPT_SORT_KEYS, default=str)
+            digest = hashlib.sha256(last_hash.encode() + text).hexdigest()
             # The line is the hashed text with the hash appended as its last member.
-            lines.append(f'{text[:-1]},"hash":"{digest}"}}')
-            self.last_hash, self.last_seq = digest, int(record["seq"])
-            self.last_type = record.get("type") if isinstance(record.get("type"), str) else None
-        if lines:
+            lines.append(b'%s,"hash":"%s"}' % (text[:-1], digest.encode()))
+            last_hash, last_seq, last = digest, seq, record
+        if last is not None:
+            self.last_hash, self.last_seq = last_hash, last_seq
+            self.last_type = last.get("type") if isinstance(last.get("type"), str) else None
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-            with os.fdopen(fd, "a", encoding="utf-8") as handle:
-                handle.write("\n".join(lines) + "\n")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(b"\n".join(lines) + b"\n")
                 handle.flush()
                 os.fsync(handle.fileno())
             self.lines += len(lines)
