@@ -121,7 +121,11 @@ def test_decision_follows_scikit_learn(
         tolerance = float32_tolerance(model, classifier, delta, eps_c, eps_d)
         for i, (n, p) in enumerate(zip(feasible, expected, strict=True)):
             assert abs(d.alternatives[n] - p) <= tolerance[i], (n, d.alternatives[n], p)
-        assert d.confidence == pytest.approx(max(d.alternatives.values()))
+        # the stated confidence: the choice's probability through the calibration it carries
+        raw = max(d.alternatives.values())
+        assert d.confidence == pytest.approx(
+            model.calibration.confidence(raw, d.choice == STOP), abs=1e-6
+        )
         assert math.isclose(sum(d.alternatives.values()), 1.0, rel_tol=1e-6)
 
 
@@ -271,9 +275,10 @@ def test_recommend_scores_every_feasible_config(model: Model) -> None:
     assert space.contains(rec.config)
     assert len(rec.alternatives) == len(space.configs())
     assert rec.predicted_runtime_s == pytest.approx(min(rec.alternatives.values()))
-    assert rec.predicted_runtime_s == pytest.approx(
-        model.predict_runtime("gemm", 64, rec.config), rel=1e-6
-    )
+    if model.transfer_prior("gemm", 64) is None:  # else blended (tests/model/test_prior.py)
+        assert rec.predicted_runtime_s == pytest.approx(
+            model.predict_runtime("gemm", 64, rec.config), rel=1e-6
+        )
     assert 0 <= rec.confidence <= 1
 
 

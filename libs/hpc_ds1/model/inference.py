@@ -14,6 +14,7 @@ import onnxruntime as ort
 
 from hpc_ds1.model import features as ft
 from hpc_ds1.model.blend import Blend
+from hpc_ds1.model.calibration import Calibration
 from hpc_ds1.model.guard import distance_reason, hardware_reason, size_reason
 from hpc_ds1.model.onnx_graph import (
     CONFIGS,
@@ -24,6 +25,8 @@ from hpc_ds1.model.onnx_graph import (
     RUNTIME,
 )
 from hpc_ds1.model.schema import Decision, Recommendation, State, Thresholds
+from hpc_ds1.model.transfer import LN10, Table, from_metadata, kind_of
+from hpc_ds1.model.transfer import predict as transfer_predict
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
 
 OUTPUTS = [PROBABILITIES, RUNTIME, DISTANCE]
@@ -80,6 +83,13 @@ class Model:
         self.distance_threshold = float(self.metadata["distance_threshold"])
         self._rmse = float(self.metadata.get("runtime_rmse_log10") or 0.3)
         self.blend = Blend(**self.metadata.get("blend", {}))
+        # Older model files have neither: no transfer prior, raw confidence.
+        transfer = self.metadata.get("transfer") or {}
+        self.transfer: Table = from_metadata(transfer.get("table") or {})
+        self._transfer_weight: dict[str, float] = dict(transfer.get("weight") or {})
+        self._transfer_rmse: dict[str, float | None] = dict(transfer.get("rmse_log10") or {})
+        self._priors: dict[tuple[str, int], tuple[dict[Config, float], float, float | None]] = {}
+        self.calibration = Calibration.from_dict(self.metadata.get("calibration"))
         self._class_index = np.asarray(
             [ALL_ACTIONS.index(c) for c in self.metadata["classes"]], dtype=int
         )
@@ -242,7 +252,8 @@ class Model:
         p = p / total if total > 0 else np.full(len(names), 1.0 / len(names))
         p = self.blend.for_state(p, runtime[1:, 0].astype(np.float64) - float(runtime[0, 0]))
         best = int(np.argmax(p))
-        choice, confidence = names[best], float(p[best])
+        choice = names[best]
+        confidence = self.calibration.confidence(float(p[best]), choice == STOP)
         mode, why = (thresholds or self.thresholds).mode(confidence, reasons)
         runtimes = {m: float(10.0 ** runtime[i + 1, 0]) for i, m in enumerate(moves)}
         runtimes[STOP] = float(10.0 ** runtime[0, 0])
@@ -286,6 +297,32 @@ class Model:
     def predict_runtime(self, workload: str, size: int, config: Config) -> float:
         return float(self.predict_runtimes(workload, size, [config])[0][0])
 
+    def transfer_prior(
+        self, workload: str, size: int
+    ) -> tuple[dict[Config, float], float, float | None] | None:
+        """The trained sizes' relative runtimes at `size` (log10, interpolated in log size),
+        the weight leave-one-size-out chose for them and its RMSE; None when the model file
+        carries none for `workload` or the weight is 0."""
+        key = (workload, size)
+        found = self._priors.get(key)
+        if found is None:
+            sizes = self.transfer.get(workload)
+            if not sizes:
+                return None
+            kind = kind_of(size, sizes)
+            weight = float(self._transfer_weight.get(kind, 0.0))
+            if weight <= 0.0:
+                return None
+            rel = transfer_predict(self.transfer, workload, size)
+            if len(self._priors) > CACHE_LIMIT:
+                self._priors.clear()
+            found = self._priors[key] = (
+                {c: v / LN10 for c, v in rel.items()},
+                weight,
+                self._transfer_rmse.get(kind),
+            )
+        return found
+
     def recommend(
         self,
         workload: str,
@@ -295,9 +332,11 @@ class Model:
         space: ConfigSpace | None = None,
         fingerprint: Any = None,
     ) -> Recommendation:
-        """System 1: every feasible configuration scored in one forward pass; the fastest wins.
-        confidence: the chance it is truly the fastest, taking the runtime model's
-        leave-one-size-out error as Gaussian noise in log10 runtime."""
+        """System 1: every feasible configuration scored in one forward pass, blended with the
+        transfer prior the model file carries (the trained sizes' relative runtimes, weighted
+        as leave-one-size-out chose); the fastest wins. confidence: the chance it is truly the
+        fastest, taking the leave-one-size-out error (of the blend where it applies, else of
+        the runtime model) as Gaussian noise in log10 runtime."""
         if size <= 0:
             raise ValueError(f"size must be a positive integer, not {size}")
         fingerprint = self.host if fingerprint is None else fingerprint
@@ -307,13 +346,25 @@ class Model:
         if not configs:
             raise ValueError(f"no feasible configuration for {workload} on this device")
         runtimes, distances = self.predict_runtimes(workload, size, configs, fingerprint)
+        logs = np.log10(runtimes)
+        rmse = self._rmse
+        prior = self.transfer_prior(workload, size)
+        if prior is not None:
+            rel, weight, prior_rmse = prior
+            at = [i for i, c in enumerate(configs) if c in rel]
+            if len(at) >= 2:
+                t = np.fromiter((rel[configs[i]] for i in at), dtype=np.float64, count=len(at))
+                m = logs[at]
+                level = float(m.mean())
+                logs[at] = level + weight * (t - t.mean()) + (1.0 - weight) * (m - level)
+                runtimes = np.power(10.0, logs)
+                rmse = prior_rmse if prior_rmse is not None else rmse
         order = np.argsort(runtimes, kind="stable")
         best = int(order[0])
         far = distance_reason(float(distances[best]), self.distance_threshold)
         if far and not explained:
             reasons.append(far)
-        logs = np.log10(runtimes)
-        sigma = max(self._rmse, 1e-6) * math.sqrt(2.0)
+        sigma = max(rmse, 1e-6) * math.sqrt(2.0)
         confidence = 1.0
         for i in order[1:]:
             confidence *= _phi(float(logs[i] - logs[best]) / sigma)

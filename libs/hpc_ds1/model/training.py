@@ -17,12 +17,15 @@ import numpy.typing as npt
 from hpc_ds1.model import estimators as est
 from hpc_ds1.model import features as ft
 from hpc_ds1.model.blend import Blend, choose_blend
+from hpc_ds1.model.calibration import Calibration, fit_and_score
 from hpc_ds1.model.guard import DISTANCE_MARGIN, DISTANCE_PERCENTILE, DistanceGuard
 from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_outcomes
 from hpc_ds1.model.labels import measured_space as _measured_space
 from hpc_ds1.model.onnx_graph import build
 from hpc_ds1.model.schema import Measurement
-from hpc_ds1.space import ALL_ACTIONS, STOP, neighbours
+from hpc_ds1.model.transfer import choose_weights, relative_table, to_metadata
+from hpc_ds1.runner.noise import is_faster
+from hpc_ds1.space import ALL_ACTIONS, STOP, apply_move, neighbours
 
 FORMAT = 1
 DEFAULT_MOVE = "random_forest+sigmoid"
@@ -192,16 +195,21 @@ def _oof_deltas(
     yr: Array,
     rgroups: Array,
     factory: Any,
+    fitted: dict[int, Any] | None = None,
 ) -> Array:
     """Per state and action: log10(runtime after the move / runtime now) as predicted by a
-    runtime model fitted without the state's size (NaN where the move is infeasible)."""
+    runtime model fitted without the state's size (NaN where the move is infeasible).
+    `fitted`: the fold models already fitted (_fold_models), else fitted here."""
     out = np.full((len(keys), len(ALL_ACTIONS)), np.nan)
     for fold in np.unique(groups):
         fit_rows = rgroups != fold
         if not fit_rows.any():
             continue
-        model = factory()
-        model.fit(Xr[fit_rows], yr[fit_rows])
+        if fitted is not None and int(fold) in fitted:
+            model = fitted[int(fold)]
+        else:
+            model = factory()
+            model.fit(Xr[fit_rows], yr[fit_rows])
         batch: list[list[float]] = []
         where: list[tuple[int, list[str]]] = []
         for i in np.flatnonzero(groups == fold).tolist():
@@ -219,6 +227,50 @@ def _oof_deltas(
                 out[state, ALL_ACTIONS.index(name)] = predicted[at + 1 + j] - predicted[at]
             at += 1 + len(names)
     return out
+
+
+def _fold_models(Xr: Array, yr: Array, rgroups: Array, factory: Any) -> dict[int, Any]:
+    """The runtime model fitted without each size group."""
+    out = {}
+    for fold in np.unique(rgroups):
+        fit_rows = rgroups != fold
+        if fit_rows.any():
+            out[int(fold)] = factory().fit(Xr[fit_rows], yr[fit_rows])
+    return out
+
+
+def _oof_runtime(Xr: Array, rgroups: Array, fitted: dict[int, Any]) -> Array:
+    """Each runtime row's log10 runtime, predicted by the model fitted without its size."""
+    out = np.full(len(Xr), np.nan)
+    for fold, model in fitted.items():
+        rows = rgroups == fold
+        out[rows] = np.asarray(model.predict(Xr[rows]), dtype=np.float64)
+    return out
+
+
+def _decisions_good(rows: _Rows, keys: Sequence[StateKey], proba: Array) -> tuple[Array, Array]:
+    """For each out-of-fold decision (argmax of `proba`): whether it is STOP, and whether it is
+    good (calibration.py): a move whose target ran and is not slower beyond the noise; STOP
+    where no neighbour is faster beyond the noise (the state's label is STOP)."""
+    stop, good = [], []
+    for key, p in zip(keys, proba, strict=True):
+        workload, size, config = key
+        choice = ALL_ACTIONS[int(np.argmax(p))]
+        stop.append(choice == STOP)
+        if choice == STOP:
+            good.append(rows.labels.get(key) == STOP)
+            continue
+        here = rows.outcomes[key]
+        target = apply_move(config, choice, rows.space(workload))
+        there = rows.outcomes.get((workload, size, target)) if target is not None else None
+        good.append(
+            there is not None
+            and there.ok
+            and there.runtime_s is not None
+            and here.runtime_s is not None
+            and not is_faster(here.runtime_s, here.spread, there.runtime_s, there.spread)
+        )
+    return np.asarray(stop, dtype=bool), np.asarray(good, dtype=bool)
 
 
 def _session_scorer(
@@ -360,6 +412,7 @@ def train(
     sizes = {w: sorted({s for (x, s, _) in outcomes if x == w}) for w in measured}
     tiles = {w: _measured_space(outcomes, w).tiles for w in measured}
     rows = _Rows(outcomes, machine, tiles, space_for)
+    transfer_table = relative_table(outcomes)
 
     X, y, mask, tele, ckeys = rows.classification()
     Xr, yr, rkeys = rows.regression()
@@ -407,14 +460,14 @@ def train(
             "rmse_log10": rt_rmse,
         }
         tele_keys = [k for k, t in zip(ckeys, tele, strict=True) if t]
-        deltas = _oof_deltas(
-            rows,
-            tele_keys,
-            groups[tele],
-            Xr,
-            yr,
-            rgroups,
-            est.regressor_candidates(seed)[rt_name],
+        rt_factory = est.regressor_candidates(seed)[rt_name]
+        fitted = _fold_models(Xr, yr, rgroups, rt_factory)
+        deltas = _oof_deltas(rows, tele_keys, groups[tele], Xr, yr, rgroups, rt_factory, fitted)
+        oof_runtime = _oof_runtime(Xr, rgroups, fitted)
+        transfer_choice = choose_weights(
+            transfer_table,
+            {k: float(v) for k, v in zip(rkeys, oof_runtime, strict=True) if np.isfinite(v)},
+            {k: o.runtime_s for k, o in outcomes.items() if o.ok and o.runtime_s},
         )
         blend, move_metrics["blend"] = choose_blend(
             oof,
@@ -430,12 +483,18 @@ def train(
             **est.classification_scores(decided, y[tele]),
             "table": est.calibration_table(d_conf, d_correct.astype(float)),
         }
+        d_stop, d_good = _decisions_good(rows, tele_keys, decided)
+        calibration, move_metrics["not_slower"] = fit_and_score(
+            d_conf, d_stop, d_good, groups[tele]
+        )
     else:
         move_name, rt_name, rt_rmse = DEFAULT_MOVE, DEFAULT_RUNTIME, 0.3
         note = "only one measured size per workload: no leave-one-size-out CV possible; default"
         move_metrics = {"chosen": move_name, "why": note, "candidates": {}}
         runtime_metrics = {"chosen": rt_name, "why": note, "candidates": {}, "rmse_log10": None}
         blend = Blend()
+        transfer_choice = choose_weights(transfer_table, {}, {})
+        calibration = Calibration({})
 
     order = [move_name] + [n for n in est.ranked(move_metrics["candidates"]) if n != move_name]
     move_model = None
@@ -474,6 +533,7 @@ def train(
         f"({n_groups} folds)",
         "move_model": move_metrics,
         "runtime_model": runtime_metrics,
+        "transfer": transfer_choice,
         "guard": {
             "distance_threshold": round(guard.threshold, 5),
             "rule": f"{DISTANCE_PERCENTILE:g}th percentile of leave-one-out nearest-neighbour "
@@ -503,6 +563,12 @@ def train(
         "distance_threshold": guard.threshold,
         "runtime_rmse_log10": rt_rmse,
         "blend": blend.as_dict(),
+        "transfer": {
+            "table": to_metadata(transfer_table),
+            "weight": transfer_choice["weight"],
+            "rmse_log10": transfer_choice["rmse_log10"],
+        },
+        "calibration": calibration.as_dict(),
         "estimators": {"move": move_name, "runtime": rt_name},
         "metrics": metrics,
     }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from hpc_ds1.space import Config
 
@@ -94,3 +94,145 @@ def pick(
     if not scores:
         return None
     return min(scores, key=lambda c: (scores[c], c.label()))
+
+
+# --- the transfer prior inside the model (issue 13, part 2) ---------------------------------
+#
+# The table travels in the model file (metadata "transfer"), so an agent or a decision service
+# with only the .onnx file recommends from it. `recommend` blends, per configuration, the
+# transfer prediction with the runtime model's, both as log10 runtime relative to the mean over
+# the configurations they share: prior = w * transfer + (1 - w) * model. The weight is chosen
+# by leave-one-size-out on the training sizes, apart for a size inside the trained range
+# (interpolated) and outside it (the nearest end's relative runtimes).
+
+LN10 = math.log(10.0)
+WEIGHTS = tuple(i / 10 for i in range(11))
+Kind = Literal["inside", "outside"]
+KINDS: tuple[Kind, Kind] = ("inside", "outside")
+
+
+def kind_of(size: int, sizes: Iterable[int]) -> Kind:
+    known = sorted(set(sizes))
+    return "inside" if known and known[0] < size < known[-1] else "outside"
+
+
+def to_metadata(table: Table) -> dict[str, dict[str, list[list[float]]]]:
+    """JSON for the model file: workload -> size -> [ranks, threads, tile, gpu, log relative]."""
+    return {
+        w: {
+            str(s): [
+                [c.ranks, c.threads, c.tile, int(c.gpu), round(v, 5)]
+                for c, v in sorted(rel.items(), key=lambda cv: cv[0].label())
+            ]
+            for s, rel in sorted(sizes.items())
+        }
+        for w, sizes in sorted(table.items())
+    }
+
+
+def from_metadata(raw: Mapping[str, Mapping[str, Iterable[Iterable[float]]]]) -> Table:
+    table: Table = {}
+    for w, sizes in raw.items():
+        for s, rows in sizes.items():
+            rel: dict[Config, float] = {}
+            for ranks, threads, tile, gpu, value in rows:
+                c = Config(ranks=int(ranks), threads=int(threads), tile=int(tile), gpu=bool(gpu))
+                rel[c] = float(value)
+            table.setdefault(w, {})[int(s)] = rel
+    return table
+
+
+def blend_logs(
+    logs: Mapping[Config, float], prior: Mapping[Config, float], weight: float
+) -> dict[Config, float]:
+    """log10 runtimes with the shape of `prior` (log10 relative runtimes) blended in where both
+    know a configuration; the level (mean over the shared ones) stays the model's, and a
+    configuration the prior does not know keeps the model's value."""
+    shared = [c for c in logs if c in prior]
+    if weight <= 0.0 or len(shared) < 2:
+        return dict(logs)
+    level = sum(logs[c] for c in shared) / len(shared)
+    centre = sum(prior[c] for c in shared) / len(shared)
+    out = dict(logs)
+    for c in shared:
+        out[c] = level + weight * (prior[c] - centre) + (1.0 - weight) * (logs[c] - level)
+    return out
+
+
+def _argmin(values: Mapping[Config, float]) -> Config:
+    return min(values, key=lambda c: (values[c], c.label()))
+
+
+def choose_weights(
+    table: Table, oof_log10: Mapping[StateKey, float], measured: Mapping[StateKey, float]
+) -> dict[str, Any]:
+    """Leave one size out: for every trained size of every workload with another size, the
+    transfer from the other sizes and the runtime model fitted without it (`oof_log10`: its
+    out-of-fold log10 runtimes) blended at every weight of WEIGHTS; the pick is scored on the
+    size's measured runtimes (`measured`, s) as % of its best, and the blend's log10 relative
+    runtimes against the measured ones (RMSE). Per kind (inside/outside the other sizes'
+    range): the weight with the highest mean % of best, then the lowest RMSE, then the larger
+    weight. No fold of a kind: the other kind's weight; none at all: 0 (the model alone)."""
+    pct: dict[Kind, dict[float, list[float]]] = {k: {w: [] for w in WEIGHTS} for k in KINDS}
+    err: dict[Kind, dict[float, list[float]]] = {k: {w: [] for w in WEIGHTS} for k in KINDS}
+    folds: dict[Kind, list[str]] = {k: [] for k in KINDS}
+    for workload, sizes in sorted(table.items()):
+        for size in sorted(sizes):
+            others = {s: rel for s, rel in sizes.items() if s != size}
+            if not others:
+                continue
+            here = {
+                c: t
+                for (w, s, c), t in measured.items()
+                if w == workload and s == size and t > 0 and (w, s, c) in oof_log10
+            }
+            if len(here) < 2:
+                continue
+            prior = {c: v / LN10 for c, v in predict({workload: others}, workload, size).items()}
+            model = {c: oof_log10[(workload, size, c)] for c in here}
+            shared = [c for c in here if c in prior]
+            if len(shared) < 2:
+                continue
+            kind = kind_of(size, others)
+            folds[kind].append(f"{workload} {size}")
+            best = min(here.values())
+            truth = {c: math.log10(here[c]) for c in shared}
+            t_mean = sum(truth.values()) / len(truth)
+            for weight in WEIGHTS:
+                mixed = blend_logs(model, prior, weight)
+                pct[kind][weight].append(100.0 * best / here[_argmin(mixed)])
+                m_mean = sum(mixed[c] for c in shared) / len(shared)
+                err[kind][weight] += [
+                    (mixed[c] - m_mean - (truth[c] - t_mean)) ** 2 for c in shared
+                ]
+    chosen: dict[str, float] = {}
+    rmse: dict[str, float | None] = {}
+    table_out: dict[str, list[dict[str, float]]] = {}
+    for kind in KINDS:
+        if not folds[kind]:
+            continue
+        rows = [
+            (
+                weight,
+                sum(pct[kind][weight]) / len(pct[kind][weight]),
+                math.sqrt(sum(err[kind][weight]) / len(err[kind][weight])),
+            )
+            for weight in WEIGHTS
+        ]
+        top = min(rows, key=lambda r: (-round(r[1], 6), round(r[2], 9), -r[0]))
+        chosen[kind], rmse[kind] = top[0], round(top[2], 5)
+        table_out[kind] = [
+            {"weight": w, "pct_of_best": round(p, 3), "rmse_log10": round(e, 5)} for w, p, e in rows
+        ]
+    for kind, other in (("inside", "outside"), ("outside", "inside")):
+        if kind not in chosen:
+            chosen[kind] = chosen.get(other, 0.0)
+            rmse[kind] = rmse.get(other)
+    return {
+        "weight": chosen,
+        "rmse_log10": rmse,
+        "folds": folds,
+        "by_weight": table_out,
+        "chosen_by": "leave-one-size-out on the training sizes: mean % of best of the pick, "
+        "then RMSE of log10 relative runtime, then the larger weight",
+    }

@@ -1,0 +1,116 @@
+"""Confidence that means "this move is not slower" (issue 13, part 2).
+
+A decision's raw confidence is the blended probability of its choice. Isotonic regression
+(scikit-learn, at training only) maps it to the observed share of good decisions among the
+out-of-fold decisions on the training sizes, apart for moves and for STOP:
+
+- a move is good when the configuration it leads to ran and is not slower than the current one
+  beyond the measured noise (an equally good move is good);
+- STOP is good when no neighbour is faster beyond the noise (stopping leaves nothing behind).
+
+The fitted maps travel in the model file as small tables of thresholds (metadata
+"calibration"); inference interpolates them with numpy, no scikit-learn. A kind with fewer
+than MIN_DECISIONS out-of-fold decisions keeps its raw confidence."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[Any]
+MIN_DECISIONS = 20
+BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+KINDS = ("move", "stop")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per kind ("move", "stop"): increasing x thresholds and their calibrated values."""
+
+    tables: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]]
+
+    def confidence(self, p: float, stop: bool) -> float:
+        found = self.tables.get("stop" if stop else "move")
+        if found is None:
+            return p
+        xs, ys = found
+        return float(min(max(np.interp(p, xs, ys), 0.0), 1.0))
+
+    def as_dict(self) -> dict[str, dict[str, list[float]]]:
+        return {k: {"x": list(xs), "y": list(ys)} for k, (xs, ys) in self.tables.items()}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Mapping[str, Sequence[float]]] | None) -> Calibration:
+        tables = {}
+        for kind, t in (raw or {}).items():
+            xs, ys = tuple(float(v) for v in t["x"]), tuple(float(v) for v in t["y"])
+            if kind not in KINDS or not xs or len(xs) != len(ys):
+                raise ValueError(
+                    f"calibration table {kind!r}: expected kinds {KINDS} with x and y of one length"
+                )
+            tables[kind] = (xs, ys)
+        return cls(tables)
+
+
+def ece(confidence: Array, good: Array) -> float:
+    """Expected calibration error over the evaluation's confidence bins."""
+    confidence, good = np.asarray(confidence, dtype=float), np.asarray(good, dtype=float)
+    n = len(confidence)
+    if not n:
+        return 0.0
+    total = 0.0
+    for lo, hi in itertools.pairwise(BIN_EDGES):
+        inside = (confidence >= lo) & ((confidence < hi) | ((hi == 1.0) & (confidence == 1.0)))
+        if inside.any():
+            total += inside.sum() / n * abs(confidence[inside].mean() - good[inside].mean())
+    return float(total)
+
+
+def _fit_one(p: Array, good: Array) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    from sklearn.isotonic import IsotonicRegression
+
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
+    iso.fit(p, good.astype(float))
+    xs = tuple(round(float(v), 6) for v in iso.X_thresholds_)
+    ys = tuple(round(float(v), 6) for v in iso.y_thresholds_)
+    return xs, ys
+
+
+def fit(p: Array, stop: Array, good: Array) -> Calibration:
+    """Isotonic maps from raw confidence `p` to P(good), one per kind with enough decisions."""
+    p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
+    tables = {}
+    for kind, where in (("move", ~stop), ("stop", stop)):
+        if where.sum() >= MIN_DECISIONS:
+            tables[kind] = _fit_one(p[where], good[where])
+    return Calibration(tables)
+
+
+def fit_and_score(p: Array, stop: Array, good: Array, groups: Array) -> tuple[Calibration, dict]:
+    """The calibration on every out-of-fold decision, and its error measured honestly: per
+    group (a training size), maps fitted on the other groups applied to it."""
+    p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
+    groups = np.asarray(groups)
+    crossed = p.copy()
+    for g in np.unique(groups):
+        rest = groups != g
+        crossed[~rest] = [
+            c.confidence(float(v), bool(s))
+            for c in [fit(p[rest], stop[rest], good[rest])]
+            for v, s in zip(p[~rest], stop[~rest], strict=True)
+        ]
+    calibration = fit(p, stop, good)
+    return calibration, {
+        "what": "P(not slower): a move's target not slower beyond the noise; STOP: no "
+        "neighbour faster beyond the noise",
+        "decisions": len(p),
+        "good_share": round(float(good.mean()), 4) if len(p) else None,
+        "ece_before": round(ece(p, good), 4),
+        "ece_after_leave_one_size_out": round(ece(crossed, good), 4),
+        "kinds": {k: len(v[0]) for k, v in calibration.tables.items()},
+    }

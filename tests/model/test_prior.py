@@ -1,0 +1,235 @@
+"""Issue 13, part 2: the transfer prior travels in the model file and System 1 blends it in with
+the weight leave-one-size-out chose; the confidence of a decision is calibrated against "not
+slower" by isotonic tables in the file. Synthetic data where the figures are checked; the shared
+tiny model (tests/measured.py) where the wiring is, with exact relations only."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from hpc_ds1.model import Model, State, TrainedModel, aggregate
+from hpc_ds1.model.calibration import Calibration, ece, fit, fit_and_score
+from hpc_ds1.model.labels import Outcome
+from hpc_ds1.model.onnx_graph import METADATA_KEY
+from hpc_ds1.model.transfer import (
+    LN10,
+    blend_logs,
+    choose_weights,
+    from_metadata,
+    pick,
+    predict,
+    relative_table,
+    to_metadata,
+)
+from hpc_ds1.space import Config
+
+A = Config(ranks=1, threads=2, tile=32)
+B = Config(ranks=2, threads=1, tile=32)
+C = Config(ranks=4, threads=1, tile=32)
+SIZES = (100, 200, 400, 800)
+
+
+def runtime(c: Config, size: int) -> float:
+    """A crossover: A is best small, C large, B in between (smooth in log size)."""
+    x = math.log2(size / 100)  # 0 .. 3
+    shape = {A: 0.25 * x, B: 0.25 + 0.05 * (x - 1.5) ** 2, C: 0.9 - 0.3 * x}[c]
+    return size * math.exp(shape)
+
+
+def landscape() -> dict[tuple[str, int, Config], float]:
+    return {("w", s, c): runtime(c, s) for s in SIZES for c in (A, B, C)}
+
+
+def table_of(measured: dict[tuple[str, int, Config], float]) -> dict:
+    return relative_table({k: Outcome(True, t, 0.01, None) for k, t in measured.items()})
+
+
+# --- transfer prior ---------------------------------------------------------------------------
+
+
+def test_blend_keeps_the_level_and_mixes_the_shape() -> None:
+    logs = {A: 1.0, B: 2.0, C: 3.0, Config(ranks=8, threads=1, tile=32): 9.0}
+    prior = {A: 0.5, B: 0.0, C: -0.5}
+    assert blend_logs(logs, prior, 0.0) == logs
+    full = blend_logs(logs, prior, 1.0)
+    assert [full[c] for c in (A, B, C)] == pytest.approx([2.5, 2.0, 1.5])  # prior's shape
+    assert full[Config(ranks=8, threads=1, tile=32)] == 9.0  # unknown to the prior: kept
+    half = blend_logs(logs, prior, 0.5)
+    assert sum(half[c] for c in (A, B, C)) == pytest.approx(6.0)  # level stays the model's
+    assert half[A] == pytest.approx(2.0 + 0.5 * 0.5 + 0.5 * -1.0)
+
+
+def test_table_round_trips_through_the_model_metadata() -> None:
+    t = table_of(landscape())
+    back = from_metadata(json.loads(json.dumps(to_metadata(t))))
+    assert set(back) == {"w"} and set(back["w"]) == set(SIZES)
+    for s in SIZES:
+        for c, v in t["w"][s].items():
+            assert back["w"][s][c] == pytest.approx(v, abs=1e-5)
+
+
+def test_leave_one_size_out_prefers_transfer_over_a_wrong_model() -> None:
+    measured = landscape()
+    # a runtime model that ranks the configurations the wrong way round at every size
+    wrong = {k: math.log10(measured[("w", k[1], C if k[2] == A else A if k[2] == C else B)])
+             for k in measured}  # fmt: skip
+    chosen = choose_weights(table_of(measured), wrong, measured)
+    assert chosen["weight"]["inside"] >= 0.5
+    assert chosen["folds"]["inside"] == ["w 200", "w 400"]
+    assert chosen["folds"]["outside"] == ["w 100", "w 800"]
+    inside = {r["weight"]: r for r in chosen["by_weight"]["inside"]}
+    assert inside[chosen["weight"]["inside"]]["pct_of_best"] > inside[0.0]["pct_of_best"]
+
+
+def test_leave_one_size_out_keeps_an_exact_model() -> None:
+    measured = landscape()
+    exact = {k: math.log10(t) for k, t in measured.items()}
+    chosen = choose_weights(table_of(measured), exact, measured)
+    # every weight picks well inside; the exact model has no error, so it wins on RMSE
+    assert chosen["weight"] == {"inside": 0.0, "outside": 0.0}
+    assert chosen["rmse_log10"]["inside"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_no_fold_means_the_model_alone() -> None:
+    one = {k: t for k, t in landscape().items() if k[1] == 200}
+    chosen = choose_weights(table_of(one), {}, one)
+    assert chosen["weight"] == {"inside": 0.0, "outside": 0.0}
+
+
+# --- the prior in a real model file --------------------------------------------------------
+
+
+def states(measurements: list) -> list[State]:
+    return [
+        State(workload=w, size=s, config=c, runtime_s=o.runtime_s, throughput=o.throughput)
+        for (w, s, c), o in sorted(aggregate(measurements).items(), key=lambda kv: str(kv[0]))
+        if o.ok
+    ]
+
+
+def edited(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes:
+    m = onnx.load_from_string(data)
+    for prop in m.metadata_props:
+        if prop.key == METADATA_KEY:
+            meta = json.loads(prop.value)
+            edit(meta)
+            prop.value = json.dumps(meta)
+    return m.SerializeToString()
+
+
+def test_the_model_file_carries_the_trained_sizes_relative_runtimes(
+    trained: TrainedModel, model: Model, measurements: list
+) -> None:
+    training = [m for m in measurements if not m.held_out]
+    expected = relative_table(aggregate(training))
+    for w, sizes in expected.items():
+        assert set(model.transfer[w]) == set(sizes)
+        for s, rel in sizes.items():
+            assert set(model.transfer[w][s]) == set(rel)
+            for c, v in rel.items():
+                assert model.transfer[w][s][c] == pytest.approx(v, abs=1e-5)
+    info = trained.metrics["transfer"]
+    assert set(info["weight"]) == {"inside", "outside"}
+    assert all(0.0 <= v <= 1.0 for v in info["weight"].values())
+
+
+@pytest.mark.parametrize("weight", [0.3, 1.0])
+def test_recommend_blends_the_prior_with_the_chosen_weight(
+    trained: TrainedModel, weight: float
+) -> None:
+    def set_weight(meta: dict[str, Any]) -> None:
+        meta["transfer"]["weight"] = {"inside": weight, "outside": weight}
+
+    model = Model.from_onnx(edited(trained.to_onnx(), set_weight))
+    for workload, size in (("gemm", 80), ("stencil", 14), ("gemm", 200)):
+        space = model.space_for(workload)
+        configs = space.configs()
+        runtimes, _ = model.predict_runtimes(workload, size, configs)
+        prior = {c: v / LN10 for c, v in predict(model.transfer, workload, size).items()}
+        logs = blend_logs(
+            {c: math.log10(r) for c, r in zip(configs, runtimes, strict=True)}, prior, weight
+        )
+        rec = model.recommend(workload, size)
+        best = min(configs, key=lambda c: logs[c])
+        assert rec.config == best
+        assert rec.predicted_runtime_s == pytest.approx(10.0 ** logs[best], rel=1e-6)
+        if weight == 1.0 and set(configs) <= set(prior):
+            assert rec.config == pick(model.transfer, workload, size, allowed=configs)
+
+
+def test_an_older_model_file_without_prior_or_calibration_keeps_working(
+    trained: TrainedModel, measurements: list
+) -> None:
+    def strip(meta: dict[str, Any]) -> None:
+        del meta["transfer"], meta["calibration"]
+
+    old = Model.from_onnx(edited(trained.to_onnx(), strip))
+    assert old.transfer == {} and old.calibration.tables == {}
+    space = old.space_for("gemm")
+    runtimes, _ = old.predict_runtimes("gemm", 80, space.configs())
+    rec = old.recommend("gemm", 80)
+    assert rec.config == space.configs()[int(np.argmin(runtimes))]
+    assert rec.predicted_runtime_s == pytest.approx(float(runtimes.min()), rel=1e-6)
+    for state in states(measurements)[::11]:
+        d = old.decide(state)
+        assert d.confidence == pytest.approx(max(d.alternatives.values()))
+
+
+# --- calibration ------------------------------------------------------------------------------
+
+
+def overconfident(n: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.3, 1.0, n)
+    stop = rng.uniform(size=n) < 0.3
+    truth = np.where(stop, 0.95, p**4)  # moves: right far less often than stated
+    good = rng.uniform(size=n) < truth
+    groups = np.arange(n) % 4
+    return p, stop, good, groups
+
+
+def test_isotonic_calibration_brings_the_error_down_out_of_sample() -> None:
+    p, stop, good, groups = overconfident()
+    calibration, report = fit_and_score(p, stop, good, groups)
+    assert report["ece_before"] > 0.1
+    assert report["ece_after_leave_one_size_out"] <= 0.05
+    assert set(calibration.tables) == {"move", "stop"}
+    moves = [calibration.confidence(v, False) for v in (0.3, 0.5, 0.7, 0.9, 1.0)]
+    assert moves == sorted(moves) and moves[3] < 0.8 and moves[0] < 0.3  # 0.9 -> about 0.66
+    assert calibration.confidence(0.35, True) == pytest.approx(0.95, abs=0.1)  # STOP its own
+
+
+def test_calibration_round_trips_and_needs_no_sklearn_to_apply() -> None:
+    p, stop, good, _ = overconfident(400)
+    calibration = fit(p, stop, good)
+    back = Calibration.from_dict(json.loads(json.dumps(calibration.as_dict())))
+    for v in np.linspace(0.0, 1.0, 23):
+        for s in (False, True):
+            assert back.confidence(float(v), s) == pytest.approx(calibration.confidence(v, s))
+    assert ece(np.array([1.0, 1.0]), np.array([True, False])) == pytest.approx(0.5)
+
+
+def test_too_few_decisions_of_a_kind_keep_the_raw_confidence() -> None:
+    p = np.linspace(0.4, 0.9, 30)
+    calibration = fit(p, np.arange(30) < 5, np.ones(30, dtype=bool))
+    assert set(calibration.tables) == {"move"}
+    assert calibration.confidence(0.42, True) == 0.42
+    assert Calibration.from_dict(None).confidence(0.7, False) == 0.7
+    with pytest.raises(ValueError, match="calibration table 'other'"):
+        Calibration.from_dict({"other": {"x": [0.0], "y": [1.0]}})
+
+
+def test_the_trained_model_carries_its_calibration(trained: TrainedModel, model: Model) -> None:
+    report = trained.metrics["move_model"]["not_slower"]
+    assert report["decisions"] > 0
+    assert model.calibration.as_dict() == trained.metadata["calibration"]
+    for kind, (xs, ys) in model.calibration.tables.items():
+        assert list(xs) == sorted(xs) and list(ys) == sorted(ys), kind
+        assert all(0.0 <= y <= 1.0 for y in ys)
