@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -37,6 +39,31 @@ STALLED_AFTER_S = 15.0  # events waiting and the checkpoint still this long: unh
 # smaller than this waits `linger_s` (HPC_DS1_PROJECTOR_LINGER_MS) for company, as Kafka's
 # linger.ms: the projection lags a few ms more and costs less per event (docs/performance.md).
 LINGER_BELOW = 32
+
+
+def quick_next_msg(sub: Subscription) -> bool:
+    """Let `sub.next_msg` hand over a message already queued without a task: nats-py's fetch
+    takes each message of a batch with `next_msg`, which makes a uuid4, a task and an
+    asyncio.wait_for (a second task) per message even when the message is waiting in the
+    queue (a fifth of the projector's samples with 2,000-message batches). A queued message
+    is taken as nats-py takes it (pending size, task_done); an empty queue, a closed
+    connection or a callback subscription go to nats-py's own `next_msg` as before. Returns
+    False (and changes nothing) if the subscription lacks what this relies on."""
+    queue = getattr(sub, "_pending_queue", None)
+    original = sub.next_msg
+    if not isinstance(queue, asyncio.Queue) or not hasattr(sub, "_pending_size"):
+        return False
+
+    async def next_msg(timeout: float | None = 1.0) -> Msg:  # noqa: ASYNC109 (as nats-py)
+        if queue.qsize() and not sub._conn.is_closed and not sub._cb:
+            msg: Msg = queue.get_nowait()
+            sub._pending_size -= len(msg.data)
+            queue.task_done()
+            return msg
+        return await original(timeout)
+
+    sub.next_msg = next_msg  # type: ignore[method-assign]
+    return True
 
 
 @dataclass(frozen=True)
@@ -216,6 +243,7 @@ class Projector:
                 mem_storage=True,
             ),
         )
+        quick_next_msg(sub._sub)
         # The next fetch runs while this batch is written, so NATS and Postgres overlap.
         fetching = asyncio.create_task(self._fetch(sub))
         try:
