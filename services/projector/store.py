@@ -51,20 +51,32 @@ def copy_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) ->
         _copy(conn, table, table.name, rows)
 
 
+# Per table: its columns, and the places of its JSON columns (each row's JSON values are wrapped
+# for psycopg in place, instead of asking every column whether it is JSON, for every row).
+_PLANS: dict[str, tuple[list[str], list[int]]] = {}
+
+
+def _plan(table: Table) -> tuple[list[str], list[int]]:
+    plan = _PLANS.get(table.name)
+    if plan is None or len(plan[0]) != len(table.columns):
+        columns = [c.name for c in table.columns]
+        json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, JSONB)]
+        plan = _PLANS[table.name] = (columns, json_at)
+    return plan
+
+
 def _copy(conn: Connection, table: Table, target: str, rows: Sequence[dict[str, Any]]) -> None:
-    columns = [c.name for c in table.columns]
-    json_columns = {c.name for c in table.columns if isinstance(c.type, JSONB)}
+    columns, json_at = _plan(table)
     cursor = conn.connection.cursor()
     with cursor.copy(f"COPY {target} ({', '.join(columns)}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+        write = copy.write_row
         for row in rows:
-            copy.write_row(
-                [
-                    Jsonb(row[c], dumps=_dumps)
-                    if c in json_columns and row.get(c) is not None
-                    else row.get(c)
-                    for c in columns
-                ]
-            )
+            get = row.get
+            values = [get(c) for c in columns]
+            for i in json_at:
+                if values[i] is not None:
+                    values[i] = Jsonb(values[i], dumps=_dumps)
+            write(values)
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
