@@ -20,6 +20,7 @@ from nats.js.api import (
     DeliverPolicy,
     DiscardPolicy,
     PubAck,
+    RawStreamMsg,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -45,6 +46,11 @@ PUBLISH_ACK_WAIT_S = 5.0  # publish_many: how long a window's acks are awaited b
 
 class ConcurrencyConflict(Exception):
     """Another writer appended to the aggregate since it was read."""
+
+
+class MissingStream(LookupError):
+    """A connection that does not create the streams (`EventBus.connect(create=False)`: a
+    command attached to a home's server, or one that only reads) found no event stream."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,22 @@ def stream_sequence(msg: Msg) -> int:
 T = TypeVar("T")
 
 
+async def until_answered(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """A JetStream API call sent again while it gets no answer (a cluster electing a leader
+    after a node died, or busy creating raft groups at a start), for up to PUBLISH_RETRY_S.
+    For calls that are safe to repeat: reads, and creations an identical config answers as a
+    success (add_stream, add_consumer, key-value and object-store buckets)."""
+    deadline = asyncio.get_running_loop().time() + PUBLISH_RETRY_S
+    while True:
+        try:
+            return await call()
+        except (NatsTimeout, NoStreamResponseError, ServiceUnavailableError) as error:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            log.warning("jetstream_retry", what=what, error=repr(error))
+            await asyncio.sleep(0.25)
+
+
 def server_list(url: str) -> list[str]:
     """HPC_DS1_NATS_URL may name several servers of one cluster, comma-separated: the client
     connects to any of them and moves to another when its server goes away."""
@@ -92,9 +114,14 @@ class EventBus:
         self.prefix = settings.subject_prefix
 
     @classmethod
-    async def connect(cls, settings: Settings, url: str, name: str) -> EventBus:
+    async def connect(
+        cls, settings: Settings, url: str, name: str, create: bool = True
+    ) -> EventBus:
         """Connect as the user named in `url` (nats://user:password@host:port), if any. Refused
-        credentials fail at once; an unreachable server is waited for, as before."""
+        credentials fail at once; an unreachable server is waited for, as before. `create`:
+        create the event and dead-letter streams when missing (the services, and a command
+        that owns its home); False (a command attached to a running server, or one that only
+        reads): create nothing, and MissingStream when there is no event stream."""
 
         async def quiet(_: Exception) -> None:
             return None
@@ -127,7 +154,14 @@ class EventBus:
             max_outstanding_pings=3,
         )
         bus = cls(nc, settings)
-        await bus.ensure_streams()
+        try:
+            if create:
+                await bus.ensure_streams()
+            else:
+                await bus.require_stream()
+        except BaseException:
+            await nc.close()
+            raise
         return bus
 
     async def close(self) -> None:
@@ -160,10 +194,23 @@ class EventBus:
             except NotFoundError:
                 await self._until_answered(functools.partial(self.js.add_stream, config))
 
+    async def require_stream(self) -> None:
+        """MissingStream unless the event stream exists; creates nothing."""
+        try:
+            await self._until_answered(functools.partial(self.js.stream_info, self.stream))
+        except NotFoundError:
+            raise MissingStream(
+                f"no event stream {self.stream!r} (HPC_DS1_STREAM) on the NATS server, and this "
+                "command creates none: start `hpc-ds1 serve` for this home (it creates the "
+                "stream), or set HPC_DS1_STREAM to the stream the server uses"
+            ) from None
+
     # --- writing -------------------------------------------------------------------------
 
-    def _headers(self, env: Envelope, expected_version: int | None) -> dict[str, str]:
-        headers = {"Nats-Msg-Id": env.id}
+    def _headers(
+        self, env: Envelope, expected_version: int | None, extra: dict[str, str] | None = None
+    ) -> dict[str, str]:
+        headers = {**(extra or {}), "Nats-Msg-Id": env.id}
         if expected_version is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_version)
             headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.aggregate_subjects(
@@ -178,6 +225,17 @@ class EventBus:
         An append that gets no answer (a cluster electing a new stream leader, the connection
         moving to another server) is sent again, the same event, for up to PUBLISH_RETRY_S:
         its Nats-Msg-Id keeps a second copy out of the log."""
+        return int((await self.append(env, expected_version)).seq)
+
+    async def append(
+        self,
+        env: Envelope,
+        expected_version: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> PubAck:
+        """`publish` with more headers on the stored message, answering the PubAck itself:
+        `duplicate` is true when the envelope id was appended before, within the stream's
+        duplicate window, and `seq` is then that original's sequence (hpc_ds1.idempotency)."""
         deadline = asyncio.get_running_loop().time() + PUBLISH_RETRY_S
         while True:
             try:
@@ -185,7 +243,7 @@ class EventBus:
                     env.subject,
                     env.to_json(),
                     stream=self.stream,
-                    headers=self._headers(env, expected_version),
+                    headers=self._headers(env, expected_version, headers),
                 )
             except BadRequestError as error:
                 if error.err_code == WRONG_LAST_SEQUENCE:
@@ -199,7 +257,7 @@ class EventBus:
                 log.warning("publish_retry", subject=env.subject, error=repr(error))
                 await asyncio.sleep(0.25)
                 continue
-            return int(ack.seq)
+            return ack
 
     async def publish_many(self, envs: Iterable[Envelope], window: int = 1024) -> list[int]:
         """Appends with batched acknowledgements: up to `window` events sent at once, their acks
@@ -256,18 +314,21 @@ class EventBus:
             return 0
         return int(msg.seq or 0)
 
+    async def stored(
+        self, seq: int | None = None, subject: str | None = None
+    ) -> RawStreamMsg | None:
+        """One stored message with its headers: by sequence, or the last on a subject; None
+        when there is none."""
+        try:
+            return await self._until_answered(
+                lambda: self.js.get_msg(self.stream, seq=seq, subject=subject)
+            )
+        except NotFoundError:
+            return None
+
     async def _until_answered(self, call: Callable[[], Awaitable[T]]) -> T:
-        """A JetStream API call sent again while it gets no answer (a cluster electing a
-        leader after a node died), for up to PUBLISH_RETRY_S."""
-        deadline = asyncio.get_running_loop().time() + PUBLISH_RETRY_S
-        while True:
-            try:
-                return await call()
-            except (NatsTimeout, NoStreamResponseError, ServiceUnavailableError) as error:
-                if asyncio.get_running_loop().time() >= deadline:
-                    raise
-                log.warning("jetstream_retry", stream=self.stream, error=repr(error))
-                await asyncio.sleep(0.25)
+        """`until_answered` on this bus's stream."""
+        return await until_answered(call, self.stream)
 
     @staticmethod
     async def _fetch_or_unavailable(
@@ -388,16 +449,18 @@ class EventBus:
         A failing handler is retried (with back-off) up to max_deliver times, then the message
         goes to the dead-letter stream; an undecodable message goes there at once."""
         max_deliver = self.settings.max_deliver
-        sub = await self.js.pull_subscribe(
-            filter_subject or f"{self.prefix}.>",
-            durable=durable,
-            stream=self.stream,
-            config=ConsumerConfig(
-                ack_policy=AckPolicy.EXPLICIT,
-                max_deliver=max_deliver,
-                ack_wait=ack_wait,
-                deliver_policy=DeliverPolicy.ALL,
-            ),
+        sub = await self._until_answered(
+            lambda: self.js.pull_subscribe(
+                filter_subject or f"{self.prefix}.>",
+                durable=durable,
+                stream=self.stream,
+                config=ConsumerConfig(
+                    ack_policy=AckPolicy.EXPLICIT,
+                    max_deliver=max_deliver,
+                    ack_wait=ack_wait,
+                    deliver_policy=DeliverPolicy.ALL,
+                ),
+            )
         )
         try:
             while not stop.is_set():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .events import DecisionMade, envelope, new_id
-from .infra.home import Endpoints, running_owner
+from .infra.home import Endpoints, running_owner, settings_of_owner
 from .settings import Settings
 
 CONNECT_S = 5.0  # an owner whose NATS does not answer this soon: the decision is not logged
@@ -110,11 +110,9 @@ class DecisionLog:
             warnings.warn(message, DecisionNotLogged, stacklevel=5)  # the caller of decide()
 
     def _settings_of(self, owner: Endpoints) -> Settings:
-        update = {
-            "stream": owner.stream or self.settings.stream,
-            "subject_prefix": owner.subject_prefix or self.settings.subject_prefix,
-        }
-        return self.settings.model_copy(update=update)
+        # The server's stream and prefix (owner.json); one set explicitly to another value
+        # here is refused (the decision is returned, not logged, and the warning names both).
+        return settings_of_owner(self.settings, owner)
 
     def _publish(self, owner: Endpoints, event: DecisionMade) -> None:
         settings = self._settings_of(owner)

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, select
 
 from .bus import EventBus
 from .db import make_engine, tables
-from .infra.home import Endpoints, own_home, running_owner
+from .infra.home import Endpoints, own_home, running_owner, settings_of_owner
 from .infra.secrets import CLI_USER
 from .runtime import run_services
 from .settings import Settings
@@ -67,6 +67,9 @@ async def open_stack(
     them) and sends no heartbeats (the device is not there for the fleet after it)."""
     owner = running_owner(settings.home)
     if owner is not None:
+        # The owner's stream, prefix and replicas (load_settings took them already, unless
+        # the owner started since); one set here to another value: OwnerMismatch.
+        settings = settings_of_owner(settings, owner)
         async with _connected(settings, owner, name, attached=True) as stack:
             yield stack
         return
@@ -107,7 +110,9 @@ async def _connected(
     settings: Settings, endpoints: Endpoints, name: str, attached: bool
 ) -> AsyncIterator[Stack]:
     # A command of this home connects as the `cli` user; `name` names its connection.
-    bus = await EventBus.connect(settings, endpoints.nats_url_for(CLI_USER), name)
+    # Attached, the streams are the server's: it creates them, never a command.
+    url = endpoints.nats_url_for(CLI_USER)
+    bus = await EventBus.connect(settings, url, name, create=not attached)
     engine = make_engine(endpoints.app_database_url(), pool_size=2)
     try:
         yield Stack(settings, bus, engine, endpoints, attached)

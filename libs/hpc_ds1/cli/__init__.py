@@ -83,13 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from hpc_ds1.api import NoModelError
+    from hpc_ds1.bus import MissingStream
+    from hpc_ds1.infra.home import OwnerMismatch
 
     try:
         result = args.handler(args)
-    except UsageError as error:
+    except (UsageError, OwnerMismatch) as error:
         print(f"hpc-ds1 {args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (PreconditionError, NoModelError) as error:
+    except (PreconditionError, NoModelError, MissingStream) as error:
         print(f"hpc-ds1 {args.command}: {error}", file=sys.stderr)
         return EXIT_PRECONDITION
     except CommandFailed as error:

@@ -68,7 +68,8 @@ def _report(verdict: Verdict, path: Path) -> int:
 
 
 async def _against_log(settings: Settings, path: Path, nats_url: str, database_url: str) -> Verdict:
-    bus = await EventBus.connect(settings, nats_url, "audit-verify")
+    # It only reads: it creates no stream (MissingStream when there is none).
+    bus = await EventBus.connect(settings, nats_url, "audit-verify", create=False)
     chain = LogChain()
     try:
         async for chunk in bus.replay(1, batch=2000):

@@ -16,10 +16,13 @@ from ..settings import Settings
 from . import UsageError
 
 
-def load_settings(quiet: bool = False, **overrides: Any) -> Settings:
+def load_settings(quiet: bool = False, attach: bool = True, **overrides: Any) -> Settings:
     """Settings from the environment plus flags. `quiet`: a command that shows its own output
     (a progress bar, a table) keeps the services it starts to warnings, unless
-    HPC_DS1_LOG_LEVEL asks otherwise."""
+    HPC_DS1_LOG_LEVEL asks otherwise. `attach`: when a process (`hpc-ds1 serve`) owns the home,
+    its stream, subject prefix and replicas (owner.json) replace this environment's; one set
+    here to another value is a usage error naming both (infra.home.settings_of_owner).
+    `serve` alone passes False: it becomes the owner, or is refused as a second one."""
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as error:
@@ -28,6 +31,13 @@ def load_settings(quiet: bool = False, **overrides: Any) -> Settings:
             for e in error.errors()
         )
         raise UsageError(f"invalid settings: {problems}") from None
+    if attach:
+        from ..infra.home import OwnerMismatch, attach_settings
+
+        try:
+            settings = attach_settings(settings)
+        except OwnerMismatch as error:
+            raise UsageError(str(error)) from None
     level = "warning" if quiet and "HPC_DS1_LOG_LEVEL" not in os.environ else settings.log_level
     log.configure(level, settings.log_json)
     from ..workloads import use_home

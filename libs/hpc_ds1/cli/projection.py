@@ -45,7 +45,9 @@ def handle_rebuild(args: argparse.Namespace) -> int:
 async def _rebuild(settings: Settings, nats_url: str, database_url: str) -> tuple[int, int]:
     from hpc_ds1.services.projector import rebuild
 
-    bus = await EventBus.connect(settings, nats_url, "rebuild")
+    # It reads the log: no stream is created (MissingStream when there is none: rebuilding
+    # from no log would only empty the projection).
+    bus = await EventBus.connect(settings, nats_url, "rebuild", create=False)
     engine = make_engine(database_url, pool_size=1)
     try:
         last = await rebuild(engine, bus)

@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def handle(args: argparse.Namespace) -> int:
-    settings = load_settings(host=args.host, port=args.port, home=args.home)
+    settings = load_settings(attach=False, host=args.host, port=args.port, home=args.home)
     mode = args.mode or settings.serve_mode
     return serve(settings, SERVICES, processes=mode == "processes")
 

@@ -80,6 +80,7 @@ class Endpoints:
     # by an earlier version (the defaults).
     stream: str | None = None
     subject_prefix: str | None = None
+    stream_replicas: int | None = None
     # External servers' URLs as configured (credentials included); never written to owner.json.
     external_nats_url: str | None = field(default=None, repr=False)
     external_database_url: str | None = field(default=None, repr=False)
@@ -126,6 +127,61 @@ class Endpoints:
             external_nats_url=settings.nats_url,
             external_database_url=settings.database_url,
         )
+
+
+# The settings every process attached to a home's running owner must share with it: they name
+# the log's stream (and, derived, its dead-letter and work streams, the liveness and model
+# buckets) and its subjects, and how many copies a stream created for it keeps. owner.json
+# records them; a command attached to the owner takes them from there.
+OWNER_SETTINGS = ("stream", "subject_prefix", "stream_replicas")
+
+
+class OwnerMismatch(ValueError):
+    """This process was told (an HPC_DS1_* variable or a flag) to use another value of one of
+    OWNER_SETTINGS than the home's running owner uses."""
+
+
+def _variable(name: str) -> str:
+    return f"HPC_DS1_{name.upper()}"
+
+
+def settings_of_owner(settings: Settings, owner: Endpoints) -> Settings:
+    """`settings` with the owner's values of OWNER_SETTINGS (an owner.json of an earlier
+    version, without one: this process's own). A value this process was given explicitly (an
+    environment variable or a flag) that differs from the owner's: OwnerMismatch naming both,
+    rather than reading or appending where the owner does not."""
+    update: dict[str, Any] = {}
+    for name in OWNER_SETTINGS:
+        theirs, ours = getattr(owner, name), getattr(settings, name)
+        if theirs is None or theirs == ours:
+            continue
+        if name in settings.model_fields_set:
+            raise OwnerMismatch(
+                f"{_variable(name)}={ours} here, but the server of {settings.home} (process "
+                f"{owner.pid}) uses {_variable(name)}={theirs}: unset {_variable(name)} to use "
+                f"the server's {theirs!r}, or set it to {theirs!r}"
+            )
+        update[name] = theirs
+    return settings.model_copy(update=update) if update else settings
+
+
+def attach_settings(settings: Settings) -> Settings:
+    """`settings_of_owner` when a process owns this home now; else `settings` as they are."""
+    owner = running_owner(settings.home)
+    return settings if owner is None else settings_of_owner(settings, owner)
+
+
+def check_agrees(settings: Settings, owner: Endpoints) -> None:
+    """OwnerMismatch unless `settings` use the owner's values of OWNER_SETTINGS (settings read
+    before the owner started: the command is to be run again)."""
+    settings_of_owner(settings, owner)  # an explicit other value: named as such
+    for name in OWNER_SETTINGS:
+        theirs, ours = getattr(owner, name), getattr(settings, name)
+        if theirs is not None and theirs != ours:
+            raise OwnerMismatch(
+                f"the server of {settings.home} (process {owner.pid}) started meanwhile with "
+                f"{_variable(name)}={theirs} (this command read {ours}): run the command again"
+            )
 
 
 def _external_path(home: Path) -> Path:
@@ -261,8 +317,7 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
             embedded_postgres=pg is not None,
             external_nats_url=None if nats is not None else nats_url,
             external_database_url=None if pg is not None else database_url,
-            stream=settings.stream,
-            subject_prefix=settings.subject_prefix,
+            **{name: getattr(settings, name) for name in OWNER_SETTINGS},
         )
         # Migrations run as the application role, so it owns every table they create.
         migrate(endpoints)
@@ -292,9 +347,12 @@ def own_home(settings: Settings, gateway_url: str | None = None) -> Iterator[End
 
 @contextlib.contextmanager
 def use_home(settings: Settings) -> Iterator[Endpoints]:
-    """The running owner's endpoints, or own the home for the duration of the block."""
+    """The running owner's endpoints, or own the home for the duration of the block. With an
+    owner, `settings` must use its stream, subject prefix and replicas (`attach_settings`, as
+    load_settings does): OwnerMismatch otherwise."""
     owner = running_owner(settings.home)
     if owner is not None:
+        check_agrees(settings, owner)
         yield owner
         return
     with own_home(settings) as endpoints:
