@@ -3,6 +3,7 @@ $HPC_DS1_HOME/models/<version>.onnx and latest.onnx for this machine."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError
+
+from .bus import until_answered
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
@@ -30,14 +33,17 @@ async def models_bucket(
 ) -> ObjectStore | None:
     """The model bucket, created (file storage, `stream_replicas` copies) when missing and
     `create`; None when missing and not `create`."""
+    # Each call is asked again while a cluster elects a leader (bus.until_answered).
     name = bucket_name(settings)
     try:
-        return await js.object_store(name)
+        return await until_answered(functools.partial(js.object_store, name), name)
     except NotFoundError:  # BucketNotFoundError is one
         if not create:
             return None
     config = ObjectStoreConfig(storage=StorageType.FILE, replicas=settings.stream_replicas)
-    return await js.create_object_store(name, config=config)
+    return await until_answered(
+        functools.partial(js.create_object_store, name, config=config), name
+    )
 
 
 def save_local(models_dir: Path, version: str, device_id: str, data: bytes) -> Path:

@@ -23,7 +23,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from hpc_ds1.bus import ConcurrencyConflict
+from hpc_ds1.bus import ConcurrencyConflict, until_answered
 from hpc_ds1.events import (
     Envelope,
     Event,
@@ -144,18 +144,18 @@ class PlacementService:
         with contextlib.suppress(NotFoundError):
             await js.delete_consumer(stream, DURABLE)  # from before: its position is not ours
         prefix = self.bus.prefix
-        return await js.pull_subscribe(
-            f"{prefix}.>",
-            durable=DURABLE,
-            stream=stream,
-            config=ConsumerConfig(
-                filter_subjects=[f"{prefix}.{a}.>" for a in FleetState.FOLDED_AGGREGATES],
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=start_seq,
-                ack_policy=AckPolicy.EXPLICIT,
-                max_deliver=self.settings.max_deliver,
-                ack_wait=30.0,
-            ),
+        config = ConsumerConfig(
+            filter_subjects=[f"{prefix}.{a}.>" for a in FleetState.FOLDED_AGGREGATES],
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start_seq,
+            ack_policy=AckPolicy.EXPLICIT,
+            max_deliver=self.settings.max_deliver,
+            ack_wait=30.0,
+        )
+        # Asked again while a cluster elects a leader (an identical consumer is a success).
+        return await until_answered(
+            lambda: js.pull_subscribe(f"{prefix}.>", durable=DURABLE, stream=stream, config=config),
+            stream,
         )
 
     async def follow(self, start_seq: int) -> None:

@@ -5,6 +5,7 @@ offline) into device.status_changed events."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..bus import until_answered
 from ..settings import Settings
 
 
@@ -31,19 +33,20 @@ class Heartbeat(BaseModel):
 
 
 async def liveness_bucket(js: JetStreamContext, settings: Settings) -> KeyValue:
-    """The heartbeat bucket, created when missing (history 1, TTL offline_after_s)."""
+    """The heartbeat bucket, created when missing (history 1, TTL offline_after_s). Each call
+    is asked again while a cluster elects a leader (bus.until_answered)."""
+    name = settings.liveness_bucket
+    config = KeyValueConfig(
+        bucket=name,
+        history=1,
+        ttl=settings.offline_after_s,
+        storage=StorageType.FILE,
+        replicas=settings.stream_replicas,
+    )
     try:
-        return await js.key_value(settings.liveness_bucket)
+        return await until_answered(functools.partial(js.key_value, name), name)
     except NotFoundError:
-        return await js.create_key_value(
-            KeyValueConfig(
-                bucket=settings.liveness_bucket,
-                history=1,
-                ttl=settings.offline_after_s,
-                storage=StorageType.FILE,
-                replicas=settings.stream_replicas,
-            )
-        )
+        return await until_answered(functools.partial(js.create_key_value, config), name)
 
 
 async def beat(kv: KeyValue, heartbeat: Heartbeat) -> None:

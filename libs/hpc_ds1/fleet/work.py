@@ -7,6 +7,7 @@ events; the audit trail is the log."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -21,6 +22,7 @@ from nats.js.api import (
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..bus import until_answered
 from ..settings import Settings
 from ..subjects import work_subject
 
@@ -45,20 +47,21 @@ class WorkItem(BaseModel):
 
 
 async def ensure_work_stream(js: JetStreamContext, settings: Settings) -> None:
-    """Create the work stream when missing (idempotent)."""
+    """Create the work stream when missing (idempotent). Each call is asked again while a
+    cluster elects a leader (bus.until_answered)."""
+    name = settings.work_stream
+    config = StreamConfig(
+        name=name,
+        subjects=[f"{settings.work_prefix}.>"],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.WORK_QUEUE,
+        duplicate_window=120.0,
+        num_replicas=settings.stream_replicas,
+    )
     try:
-        await js.stream_info(settings.work_stream)
+        await until_answered(functools.partial(js.stream_info, name), name)
     except NotFoundError:
-        await js.add_stream(
-            StreamConfig(
-                name=settings.work_stream,
-                subjects=[f"{settings.work_prefix}.>"],
-                storage=StorageType.FILE,
-                retention=RetentionPolicy.WORK_QUEUE,
-                duplicate_window=120.0,
-                num_replicas=settings.stream_replicas,
-            )
-        )
+        await until_answered(functools.partial(js.add_stream, config), name)
 
 
 async def enqueue(js: JetStreamContext, settings: Settings, item: WorkItem) -> None:
@@ -80,14 +83,17 @@ async def device_queue(js: JetStreamContext, settings: Settings, device_id: str)
     """A pull subscription on the device's queue (durable, explicit ack). `fetch(1, timeout=…)`
     waits for the next item; ack it once the item was handed to the agent."""
     await ensure_work_stream(js, settings)
-    return await js.pull_subscribe(
-        work_subject(settings, device_id),
-        durable=consumer_name(device_id),
-        stream=settings.work_stream,
-        config=ConsumerConfig(
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=30.0,
-            max_ack_pending=1,
+    return await until_answered(
+        lambda: js.pull_subscribe(
+            work_subject(settings, device_id),
+            durable=consumer_name(device_id),
+            stream=settings.work_stream,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_wait=30.0,
+                max_ack_pending=1,
+            ),
         ),
+        settings.work_stream,
     )
