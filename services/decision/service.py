@@ -4,12 +4,18 @@ given, decide in one forward pass, record the decision event.
 Each request is answered in a task of its own (at most MAX_IN_FLIGHT at once, at most
 MAX_RUNS_WAITING of them waiting for a real run), so a decision never waits behind a run: runs
 queue on the device's agent. A run whose expected duration exceeds HPC_DS1_MAX_RUN_S is refused
-(422) before anything runs, with the estimate and how it was made."""
+(422) before anything runs, with the estimate and how it was made.
+
+A request carrying `Hpc-Idempotency-Id` (the gateway derives it from the caller's token and
+`Idempotency-Key`) is decided once: that id is the decision's id and its event's, a retry is
+answered with the stored original before anything runs, and the same id for a different request
+is a 422 (hpc_ds1.idempotency)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from typing import Any, Literal
 
@@ -20,6 +26,7 @@ from sqlalchemy import Engine, select
 from hpc_ds1.db import tables
 from hpc_ds1.events import DecisionMade, envelope, new_id
 from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.idempotency import ID_HEADER, KeyReused, Stored, append_once, find, request_sha256
 from hpc_ds1.log import get_logger
 from hpc_ds1.models_store import MODELS_BUCKET
 from hpc_ds1.requests import DecideRequest, RunRequest
@@ -44,6 +51,7 @@ MAX_IN_FLIGHT = 256  # decisions being answered at once; more get 503 at once
 MAX_RUNS_WAITING = 32  # of them, waiting for a real run on an agent
 STOP_GRACE_S = 5.0
 RUN_REPEATS = RunRequest.model_fields["repeats"].default
+SAFE_KEY_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 def run_timeout_s(max_run_s: float) -> float:
@@ -119,13 +127,20 @@ class DecisionService:
         task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, msg: Any) -> None:
-        actor = (msg.headers or {}).get("Hpc-Actor", "anonymous")
+        headers = msg.headers or {}
+        actor = headers.get("Hpc-Actor", "anonymous")
         try:
             if self.warmed is not None:
                 await asyncio.shield(self.warmed)
             request = DecideRequest.model_validate_json(msg.data)
-            body = await self.decide(request, actor)
-            reply: dict[str, Any] = {"ok": True, "decision": body}
+            key_id = headers.get(ID_HEADER)
+            if key_id is None:
+                reply: dict[str, Any] = {"ok": True, "decision": await self.decide(request, actor)}
+            else:
+                body, replayed = await self.decide_once(request, actor, key_id)
+                reply = {"ok": True, "decision": body, "replayed": replayed}
+        except KeyReused as error:
+            reply = {"ok": False, "status": 422, "error": str(error)}
         except ValidationError as error:
             reply = {"ok": False, "status": 422, "error": error.errors(include_url=False)}
         except DecisionError as error:
@@ -193,7 +208,32 @@ class DecisionService:
             raise DecisionError(404, f"unknown device {device_id}")
         return device_id, fingerprint
 
-    async def decide(self, request: DecideRequest, actor: str) -> dict[str, Any]:
+    async def decide_once(
+        self, request: DecideRequest, actor: str, key_id: str
+    ) -> tuple[dict[str, Any], bool]:
+        """The decision of an idempotent request and whether it is a replay: the stored
+        original when its id was decided before (nothing runs again), else a new one."""
+        if not SAFE_KEY_ID.match(key_id):
+            raise DecisionError(422, f"{ID_HEADER} must be 32 hex digits")
+        request_hash = request_sha256(request.model_dump_json().encode())
+        subject = f"{self.ctx.settings.subject_prefix}.decision.{key_id}.made"
+        original = await find(self.ctx.bus, subject, request_hash)
+        if original is not None:
+            return _replayed(original), True
+        stored: list[Stored] = []
+        body = await self.decide(request, actor, key_id, request_hash, stored)
+        return (_replayed(stored[0]), True) if stored else (body, False)
+
+    async def decide(
+        self,
+        request: DecideRequest,
+        actor: str,
+        key_id: str | None = None,
+        request_hash: str = "",
+        replayed: list[Stored] | None = None,
+    ) -> dict[str, Any]:
+        """Decide and record it. With `key_id` the decision and its event take that id and the
+        append is idempotent: a copy appended first is put in `replayed`."""
         from hpc_ds1.model import State, Thresholds
         from hpc_ds1.workloads import UnknownWorkload, get_workload
 
@@ -249,7 +289,7 @@ class DecisionService:
         reasons = list(decision.reasons) + notes
         mode: Literal["auto", "confirm", "escalate"] = "escalate" if notes else decision.mode
         event = DecisionMade(
-            decision_id=new_id(),
+            decision_id=key_id or new_id(),
             device_id=device_id,
             source=request.source,
             workload=request.workload,
@@ -263,11 +303,14 @@ class DecisionService:
             model_version=decision.model_version,
             session_id=request.session_id,
         )
-        await self.ctx.bus.publish(
-            envelope(event, actor=actor, source="decision", prefix=self.ctx.settings.subject_prefix)
+        env = envelope(
+            event,
+            actor=actor,
+            source="decision",
+            prefix=self.ctx.settings.subject_prefix,
+            event_id=key_id,
         )
-        return {
-            **event.model_dump(mode="json"),
+        extras = {
             "telemetry": telemetry,
             "ran": ran,
             "predicted_runtime_s": decision.predicted_runtime_s,
@@ -282,8 +325,14 @@ class DecisionService:
             "system1": self._recommend(
                 model, device_id, request.workload, request.size, space, thresholds, fingerprint
             ),
-            "actor": actor,
         }
+        if key_id is None:
+            await self.ctx.bus.publish(env)
+        else:
+            original = await append_once(self.ctx.bus, env, request_hash, extras)
+            if original is not None and replayed is not None:
+                replayed.append(original)
+        return {**event.model_dump(mode="json"), **extras, "actor": actor}
 
     def _recommend(
         self,
@@ -393,6 +442,12 @@ class DecisionService:
             note = f"the run in the current configuration ended {result['status']}: {why}"
             return None, note
         return {"runtime_s": result["runtime_s"], "throughput": result.get("throughput")}, None
+
+
+def _replayed(original: Stored) -> dict[str, Any]:
+    """The reply of a stored decision: its event, the first reply's extras, its actor."""
+    env = original.envelope
+    return {**env.get("data", {}), **(original.extras or {"ran": False}), "actor": env.get("actor")}
 
 
 async def _respond(msg: Any, reply: dict[str, Any]) -> None:

@@ -90,9 +90,11 @@ def envelope(
     prefix: str = "hpcds1",
     correlation_id: str | None = None,
     causation_id: str | None = None,
+    event_id: str | None = None,
 ) -> Envelope:
-    """Wrap a typed event for publishing; the correlation id defaults to the event's own id."""
-    event_id = new_id()
+    """Wrap a typed event for publishing; the correlation id defaults to the event's own id.
+    `event_id` (default: a new random id) is a deterministic one for an idempotent request."""
+    event_id = event_id or new_id()
     return Envelope(
         id=event_id,
         type=event.event_type(),

@@ -1,0 +1,183 @@
+"""Idempotent decisions (`Idempotency-Key`) through a real gateway and decision service over
+real NATS and Postgres: a retry is answered with the first decision and the log holds one
+event; the same key from another token is another decision; the same key for a different job
+is refused; a malformed key is a 422 naming the accepted form. And the bus's two ways of
+catching a second copy (JetStream's duplicate window; past it, the subject's sequence check)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from hpc_ds1.bus import EventBus
+from hpc_ds1.events import DecisionMade, ModelPublished, envelope
+from hpc_ds1.idempotency import KeyReused, append_once, derived_id, find, parse_key
+from hpc_ds1.model import TrainedModel
+from hpc_ds1.models_store import save_local
+from hpc_ds1.services.gateway import create_app
+from hpc_ds1.settings import Settings
+from hpc_ds1.stack import Stack, open_stack
+
+from ..gateway.conftest import ROLE_TOKENS, as_role, asgi_client, role_token_events
+
+JOB = {"workload": "gemm", "size": 288, "config": {"ranks": 1, "threads": 1}}
+TELEMETRY = {"runtime_s": 0.01}
+KEY = "9b2f4c1e-retry-1"
+
+
+@pytest.fixture
+async def gateway(
+    settings: Settings, engine: Engine, trained: TrainedModel
+) -> AsyncIterator[tuple[Stack, FastAPI]]:
+    """Projector, agent and decision with a model on the local device; a gateway app over them
+    and a token per role."""
+    async with open_stack(settings, ("projector", "agent", "decision"), "test-idem") as stack:
+        device_id = await stack.local_device()
+        data = trained.to_onnx()
+        await asyncio.to_thread(save_local, settings.models_dir, trained.version, device_id, data)
+        published = ModelPublished(
+            model_version=trained.version,
+            device_id=device_id,
+            artifact=f"{device_id}/{trained.version}.onnx",
+            sha256=hashlib.sha256(data).hexdigest(),
+            trained_on=1,
+        )
+        for event in [published, *role_token_events()]:
+            await stack.bus.publish(
+                envelope(event, actor="test", source="test", prefix=settings.subject_prefix)
+            )
+        await stack.caught_up()
+        yield stack, create_app(settings, stack.bus, engine)
+
+
+async def decisions_in_log(bus: EventBus) -> list[str]:
+    """The subject of every decision.made event in the stream (the log, not the projection)."""
+    return [
+        raw.subject
+        async for chunk in bus.replay(1, f"{bus.prefix}.decision.*.made")
+        for raw in chunk
+    ]
+
+
+async def post(
+    app: FastAPI, role: str, body: dict[str, Any], key: str | bytes | None
+) -> httpx.Response:
+    raw = key.encode() if isinstance(key, str) else key  # bytes: a non-ASCII header as sent
+    headers = {b"Idempotency-Key": raw} if raw is not None else {}
+    async for http in asgi_client(app, headers=as_role(role)):
+        return await http.post("/v1/decide", json=body, headers=headers, timeout=90)
+    raise AssertionError("no client")
+
+
+async def test_a_retry_with_the_same_key_gets_the_first_decision_and_one_event(
+    gateway: tuple[Stack, FastAPI],
+) -> None:
+    stack, app = gateway
+    body = {**JOB, "telemetry": TELEMETRY}
+    first = await post(app, "viewer", body, KEY)
+    again = await post(app, "viewer", body, f'"{KEY}"')  # the draft's quoted form: the same key
+    assert first.status_code == again.status_code == 200, (first.text, again.text)
+    assert first.headers["Idempotent-Replayed"] == "false"
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()  # the whole reply, not only decision_id and choice
+    decision_id = first.json()["decision_id"]
+    assert decision_id == derived_id("tok_viewer", "POST /v1/decide", KEY)
+    assert await decisions_in_log(stack.bus) == [
+        f"{stack.settings.subject_prefix}.decision.{decision_id}.made"
+    ]
+
+    # Two copies at once (a client that gave up on the first while it was being answered).
+    racing = await asyncio.gather(*(post(app, "viewer", body, "race-1") for _ in range(3)))
+    assert {r.status_code for r in racing} == {200}
+    assert len({r.json()["decision_id"] for r in racing}) == 1
+    assert len(await decisions_in_log(stack.bus)) == 2
+
+    # Without a key nothing changes: every request is a new decision.
+    plain = [await post(app, "viewer", body, None) for _ in range(2)]
+    assert plain[0].json()["decision_id"] != plain[1].json()["decision_id"]
+    assert "Idempotent-Replayed" not in plain[0].headers
+    assert len(await decisions_in_log(stack.bus)) == 4
+
+
+async def test_a_key_is_scoped_by_token_and_bound_to_its_request(
+    gateway: tuple[Stack, FastAPI],
+) -> None:
+    stack, app = gateway
+    body = {**JOB, "telemetry": TELEMETRY}
+    viewer = await post(app, "viewer", body, KEY)
+    engineer = await post(app, "engineer", body, KEY)
+    assert viewer.status_code == engineer.status_code == 200
+    assert viewer.json()["decision_id"] != engineer.json()["decision_id"]
+    assert engineer.headers["Idempotent-Replayed"] == "false"
+    assert engineer.json()["actor"] == "engineer"
+
+    other = await post(app, "viewer", {**body, "size": 289}, KEY)
+    assert other.status_code == 422
+    assert "Idempotency-Key was used for a different request" in other.json()["error"]
+    assert len(await decisions_in_log(stack.bus)) == 2
+
+    for bad in ("", "a b", "x" * 256, "ключ".encode(), "k\tey"):
+        reply = await post(app, "viewer", body, bad)
+        assert reply.status_code == 422, bad
+        error = reply.json()["error"]
+        assert error.startswith("invalid Idempotency-Key header") and "1 to 255" in error
+    assert len(await decisions_in_log(stack.bus)) == 2
+    assert ROLE_TOKENS  # the tokens the fixture registered
+
+
+def test_parse_key_accepts_the_documented_alphabet() -> None:
+    assert parse_key(" 3f2b-x_y.z:1~a+b/c= ") == "3f2b-x_y.z:1~a+b/c="
+    assert parse_key('"quoted"') == "quoted"
+    assert parse_key("k" * 255) == "k" * 255
+
+
+def decision(decision_id: str, choice: str) -> DecisionMade:
+    return DecisionMade(
+        decision_id=decision_id,
+        device_id="d1",
+        source="api",
+        workload="gemm",
+        size=64,
+        config={"ranks": 1},
+        choice=choice,
+        confidence=0.9,
+        mode="auto",
+    )
+
+
+async def test_append_once_answers_the_original_within_and_past_the_duplicate_window(
+    bus: EventBus,
+) -> None:
+    key_id = derived_id("tok_a", "POST /v1/decide", "k1")
+    first = envelope(
+        decision(key_id, "STOP"), actor="a", source="t", prefix=bus.prefix, event_id=key_id
+    )
+    assert await append_once(bus, first, "h1", {"ran": True}) is None
+
+    # The same event id again: JetStream's duplicate window drops it (PubAck.duplicate).
+    second = envelope(
+        decision(key_id, "ranks+1"), actor="a", source="t", prefix=bus.prefix, event_id=key_id
+    )
+    original = await append_once(bus, second, "h1", {"ran": False})
+    assert original is not None and original.extras == {"ran": True}
+    assert original.envelope["data"]["choice"] == "STOP"
+
+    # Another event id on the same subject (as a copy past the window would be): the subject's
+    # sequence check refuses it and the original is answered.
+    third = envelope(decision(key_id, "ranks+1"), actor="a", source="t", prefix=bus.prefix)
+    past = await append_once(bus, third, "h1", None)
+    assert past is not None and past.seq == original.seq
+    assert past.envelope["data"]["choice"] == "STOP"
+
+    with pytest.raises(KeyReused):
+        await append_once(bus, second, "h2", None)
+    with pytest.raises(KeyReused):
+        await find(bus, first.subject, "h2")
+    assert await bus.last_sequence() == 1
