@@ -5,7 +5,11 @@ task.submitted event (actor: the caller's credential), which placement takes fro
 A workload must be in the registry (hpc_ds1.workloads) and its size within bounds: at least the
 workload's smallest size for one rank, at most the largest whose data fits in
 MAX_TASK_MEMORY_BYTES (and never past requests.MAX_SIZE); anything else is a 422 naming what is
-accepted."""
+accepted.
+
+With `Idempotency-Key` a retried submission is one task: the key (scoped by the caller's token)
+is the task's id and its event's, and a retry answers the task submitted first
+(hpc_ds1.idempotency)."""
 
 from __future__ import annotations
 
@@ -14,20 +18,22 @@ import functools
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, select
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
-from hpc_ds1.events import TaskSubmitted, envelope, new_id
+from hpc_ds1.events import Envelope, TaskSubmitted, envelope, new_id
+from hpc_ds1.idempotency import HEADER, KeyReused, append_once, request_sha256
 from hpc_ds1.requests import MAX_SIZE, SAFE_ID_PATTERN, SafeId, Size, WorkloadName
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 from hpc_ds1.workloads import UnknownWorkload, get_workload, list_workloads
 
 from .auth import require
+from .decide import IDEMPOTENCY_KEY_DOC, idempotency_id
 from .schemas import (
     E404,
     READ_ERRORS,
@@ -191,20 +197,49 @@ def tasks_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         response_model=TaskOut,
         responses=WRITE_ERRORS,
     )
-    async def submit(body: TaskBody, who: Engineer) -> Any:
+    async def submit(
+        body: TaskBody,
+        who: Engineer,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
+        ] = None,
+    ) -> Any:
         """Submit a job (engineer role) to run once, on the device where it is expected to
         finish first; placement picks it up from the log. An unknown workload or a size out of
-        bounds is a 422 naming what is accepted."""
+        bounds is a 422 naming what is accepted. With `Idempotency-Key` a retry is answered with
+        the task submitted first (header Idempotent-Replayed: true)."""
+        key_id = idempotency_id(idempotency_key, who, "POST /v1/tasks")
         # The first look loads the workload registry (imports): off the event loop.
         issue = await asyncio.to_thread(check_job, body.workload, body.size)
         if issue is not None:
             error = ErrorBody(error=f"invalid task: {issue.msg}", detail=[issue])
             return JSONResponse(error.model_dump(exclude_none=True), status_code=422)
         event = TaskSubmitted(
-            task_id=new_id(), workload=body.workload, size=body.size, submitted_by=who.name
+            task_id=key_id or new_id(),
+            workload=body.workload,
+            size=body.size,
+            submitted_by=who.name,
         )
-        env = envelope(event, actor=who.name, source="gateway", prefix=settings.subject_prefix)
-        await bus.publish(env)
+        env = envelope(
+            event,
+            actor=who.name,
+            source="gateway",
+            prefix=settings.subject_prefix,
+            event_id=key_id,
+        )
+        if key_id is None:
+            await bus.publish(env)
+        else:
+            asked = request_sha256(body.model_dump_json().encode())
+            try:
+                original = await append_once(bus, env, asked)
+            except KeyReused as error:
+                raise HTTPException(422, str(error)) from None
+            response.headers["Idempotent-Replayed"] = "false" if original is None else "true"
+            if original is not None:
+                event = TaskSubmitted.model_validate(original.envelope["data"])
+                env = Envelope.model_validate(original.envelope)
         # Answer with the row once it is projected, so the caller's next GET finds the task.
         deadline = asyncio.get_running_loop().time() + SUBMIT_VISIBLE_S
         while asyncio.get_running_loop().time() < deadline:
