@@ -2,7 +2,11 @@
 
 Ids in paths are checked against SAFE_ID before anything uses them (they become NATS subject
 tokens: '*', '>', '.' and whitespace never reach a subject); the coordinator's refusals keep
-their own 4xx status."""
+their own 4xx status.
+
+POST /v1/sessions with `Idempotency-Key`: the key (scoped by the caller's token) names the
+session (its id, UUIDv5); the coordinator appends a session's start only once (409 after), and a
+retry of the same job by the same caller is answered with the session started first."""
 
 from __future__ import annotations
 
@@ -10,20 +14,21 @@ import asyncio
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Response
 from nats.errors import NoRespondersError
 from sqlalchemy import Engine, select
 
 from hpc_ds1.approvals import ApprovalError, decide_approval
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.idempotency import HEADER, KeyReused
 from hpc_ds1.requests import SAFE_ID_PATTERN, ApprovalVerdict, StartSessionRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import start_session_subject
 from hpc_ds1.tokens import Principal
 
 from .auth import require
-from .decide import service_error, service_status
+from .decide import IDEMPOTENCY_KEY_DOC, idempotency_id, service_error, service_status
 from .schemas import (
     E404,
     E409,
@@ -51,6 +56,40 @@ __all__ = ["ApprovalVerdict", "sessions_router"]
 def _rows(engine: Engine, query: Any) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _same_job(body: StartSessionRequest, started: dict[str, Any]) -> bool:
+    """Whether a session.started event is what `body` asks for (a retry of it)."""
+    if (body.workload, body.size, body.wait_for_engineer) != (
+        started.get("workload"),
+        started.get("size"),
+        started.get("wait_for_engineer"),
+    ):
+        return False
+    if body.device_id is not None and body.device_id != started.get("device_id"):
+        return False
+    if body.start is None:
+        return True
+    start = started.get("start") or {}
+    asked = body.start.model_dump(exclude_none=True)
+    return all(start.get(k) == v for k, v in asked.items())
+
+
+async def started_before(
+    bus: EventBus, body: StartSessionRequest, who: Principal
+) -> SessionStartedOut | None:
+    """The session a key started before, when this is a retry of it; None when the log holds
+    none (yet); 422 when it was started for another job."""
+    msg = await bus.stored(subject=f"{bus.prefix}.session.{body.session_id}.started")
+    if msg is None:
+        return None
+    env = orjson.loads(msg.data or b"{}")
+    data = env.get("data", {})
+    if env.get("actor") != who.name or not _same_job(body, data):
+        raise HTTPException(422, str(KeyReused()))
+    return SessionStartedOut(
+        session_id=data["session_id"], device_id=data["device_id"], start=data["start"]
+    )
 
 
 def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
@@ -140,9 +179,24 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
     @router.post(
         "/v1/sessions", status_code=201, responses={**WRITE_ERRORS, **E404, **E409, **E503}
     )
-    async def start_session(body: StartSessionRequest, who: Engineer) -> SessionStartedOut:
+    async def start_session(
+        body: StartSessionRequest,
+        who: Engineer,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
+        ] = None,
+    ) -> SessionStartedOut:
         """Start a tuning session on a device (engineer role): every step runs for real. A
-        session id already in use is 409."""
+        session id already in use is 409. With `Idempotency-Key` (and no session_id: the key
+        names the session) a retry is answered with the session started first."""
+        key_id = idempotency_id(idempotency_key, who, "POST /v1/sessions")
+        if key_id is not None:
+            if body.session_id is not None:
+                raise HTTPException(
+                    422, f"send a session_id or an {HEADER}, not both: the key names the session"
+                )
+            body = body.model_copy(update={"session_id": key_id})
         try:
             reply = await bus.nc.request(
                 start_session_subject(settings),
@@ -157,8 +211,15 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
                 503, f"the coordinator did not answer within {START_TIMEOUT_S:g} s"
             ) from None
         answer: dict[str, Any] = orjson.loads(reply.data)
+        if key_id is not None and answer.get("status") == 409:
+            original = await started_before(bus, body, who)
+            if original is not None:
+                response.headers["Idempotent-Replayed"] = "true"
+                return original
         if not answer.get("ok"):
             raise HTTPException(service_status(answer), service_error(answer))
+        if key_id is not None:
+            response.headers["Idempotent-Replayed"] = "false"
         return SessionStartedOut.model_validate({k: v for k, v in answer.items() if k != "ok"})
 
     return router
