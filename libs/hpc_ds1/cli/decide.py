@@ -13,6 +13,7 @@ import orjson
 from pydantic import ValidationError
 
 from ..credentials import CredentialError, bearer_for
+from ..idempotency import HEADER, ID_HEADER, KEY_RULE, InvalidKey, derived_id, parse_key
 from ..infra.home import running_owner
 from ..requests import DecideBody, DecideRequest
 from ..settings import Settings
@@ -40,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="bearer token for --server (default: this home's own, "
         "$HPC_DS1_HOME/credentials/cli.token, when the server is this home's)",
     )
+    parser.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="run the command again with the same KEY after a timeout or a 503 and the first "
+        f"decision is answered, not a second one made ({KEY_RULE})",
+    )
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
@@ -65,6 +72,12 @@ def build_request(args: argparse.Namespace) -> DecideRequest:
 def handle(args: argparse.Namespace) -> int:
     settings = load_settings(quiet=True, home=args.home)
     request = build_request(args)
+    key = None
+    if args.idempotency_key is not None:
+        try:
+            key = parse_key(args.idempotency_key)
+        except InvalidKey as error:
+            raise UsageError(f"--idempotency-key: {error}") from None
     owner = running_owner(settings.home)
     server = args.server or (owner.gateway_url if owner else None)
     if server:
@@ -72,16 +85,20 @@ def handle(args: argparse.Namespace) -> int:
             token = bearer_for(settings.home, server, args.token)
         except CredentialError as error:
             raise UsageError(str(error)) from None
-        decision = over_http(server, request, token)
+        decision = over_http(server, request, token, key)
     else:
-        decision = asyncio.run(over_local_stack(settings, request))
+        decision = asyncio.run(over_local_stack(settings, request, key))
     print(json.dumps(decision, indent=2) if args.json else render(decision))
     return 0
 
 
-def over_http(server: str, request: DecideRequest, token: str | None) -> dict[str, Any]:
+def over_http(
+    server: str, request: DecideRequest, token: str | None, key: str | None = None
+) -> dict[str, Any]:
     """POST /v1/decide: the job only (the server sets who asks from the token)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if key is not None:
+        headers[HEADER] = key
     job = DecideBody(
         workload=request.workload,
         size=request.size,
@@ -108,14 +125,20 @@ def over_http(server: str, request: DecideRequest, token: str | None) -> dict[st
     return body
 
 
-async def over_local_stack(settings: Settings, request: DecideRequest) -> dict[str, Any]:
+async def over_local_stack(
+    settings: Settings, request: DecideRequest, key: str | None = None
+) -> dict[str, Any]:
+    actor = getpass.getuser()
+    headers = {"Hpc-Actor": actor}
+    if key is not None:  # the local user stands for the token
+        headers[ID_HEADER] = derived_id(f"local:{actor}", "POST /v1/decide", key)
     async with open_stack(settings, ("projector", "agent", "decision"), "cli-decide") as stack:
         await stack.local_device()
         reply = await stack.bus.nc.request(
             decide_subject(settings),
             request.model_dump_json().encode(),
             timeout=900,
-            headers={"Hpc-Actor": getpass.getuser()},
+            headers=headers,
         )
     answer: dict[str, Any] = orjson.loads(reply.data)
     if not answer.get("ok"):
