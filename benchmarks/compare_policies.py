@@ -59,9 +59,25 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1,2", help="seeds of the races' re-runs")
     parser.add_argument("--cache", type=Path, help="measurements cache (JSON)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--without-prior",
+        action="store_true",
+        help="the same model with its transfer prior and calibration taken out of its metadata "
+        "(System 1 and confidences as before issue 13 part 2), for a before/after",
+    )
     args = parser.parse_args()
     settings = load_settings(quiet=True)
     model = load(settings.home, log_decisions=False)
+    if args.without_prior:
+        from hpc_ds1.model import Model
+        from hpc_ds1.models_store import latest_path
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_recommend import stripped
+
+        path = latest_path(settings.models_dir)
+        assert path is not None  # load() found it
+        model = Model.from_onnx(stripped(path.read_bytes()), model.thresholds).bind(model.host)
     if args.cache and args.cache.exists():
         rows = orjson.loads(args.cache.read_bytes())
     else:

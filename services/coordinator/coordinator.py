@@ -41,10 +41,65 @@ def _device(engine: Engine, device_id: str | None) -> tuple[str, dict[str, Any]]
     return None if row is None else (row[0], dict(row[1]))
 
 
+def _latest_model(engine: Engine, device_id: str) -> tuple[str, str] | None:
+    t = tables.models
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(t.c.model_version, t.c.artifact)
+            .where(t.c.device_id == device_id)
+            .order_by(t.c.seq.desc())
+            .limit(1)
+        ).first()
+    return None if row is None else (row[0], row[1])
+
+
 class Coordinator:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._models: dict[str, Any] = {}  # model version -> Model (a version is its content)
+
+    async def _model(self, device_id: str) -> Any | None:
+        from hpc_ds1.model import Model
+        from hpc_ds1.models_store import models_bucket
+
+        found = await asyncio.to_thread(_latest_model, self.ctx.engine, device_id)
+        if found is None:
+            return None
+        version, artifact = found
+        if version not in self._models:
+            local = self.ctx.settings.models_dir / f"{version}.onnx"
+            if local.exists():
+                data = await asyncio.to_thread(local.read_bytes)
+            else:
+                store = await models_bucket(self.ctx.bus.js, self.ctx.settings, create=False)
+                if store is None:
+                    return None
+                data = (await store.get(artifact)).data or b""
+            if len(self._models) >= 8:
+                self._models.clear()
+            self._models[version] = await asyncio.to_thread(Model.from_onnx, data)
+        return self._models[version]
+
+    async def recommended_start(
+        self, device_id: str, workload: str, size: int, space: ConfigSpace
+    ) -> tuple[Config, str]:
+        """Where a session without an explicit start begins: the model's System 1
+        recommendation (the runtime model blended with the transfer prior of the trained
+        sizes), else, with no model or no answer, the space's default."""
+        try:
+            model = await self._model(device_id)
+            if model is not None:
+                found = await asyncio.to_thread(_device, self.ctx.engine, device_id)
+                fingerprint = Fingerprint.model_validate(found[1]) if found else None
+                rec = await asyncio.to_thread(
+                    model.recommend, workload, size, space=space, fingerprint=fingerprint
+                )
+                if space.problem(rec.config) is None:
+                    return rec.config, f"model {model.version}"
+        except Exception as error:  # the default start is always there
+            log.warning("recommended_start_failed", workload=workload, error=repr(error)[:300])
+        return space.default(), "default"
 
     def spawn(self, session_id: str, owner: str, space: ConfigSpace) -> None:
         runner = SessionRunner(self.ctx, session_id, owner, space)
@@ -88,8 +143,11 @@ class Coordinator:
 
     async def start(self, request: StartSessionRequest, actor: str) -> dict[str, Any]:
         device_id, space = await self.space_for(request.device_id, request.workload)
+        start_from = "request"
         if request.start is None:
-            start = space.default()
+            start, start_from = await self.recommended_start(
+                device_id, request.workload, request.size, space
+            )
         else:
             start = Config(
                 ranks=request.start.ranks,
@@ -131,6 +189,7 @@ class Coordinator:
             workload=request.workload,
             size=request.size,
             start=start.label(),
+            start_from=start_from,
             owner=actor,
         )
         return {"session_id": session_id, "device_id": device_id, "start": start.model_dump()}

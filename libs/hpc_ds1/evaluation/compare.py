@@ -37,6 +37,7 @@ class Variant:
     name: str
     rule: KeepRule
     transfer: bool  # start from the interpolated-transfer pick instead of every start
+    recommend: bool = False  # start from the model's own recommend (what `tune` does now)
 
 
 def default_variants() -> list[Variant]:
@@ -44,6 +45,7 @@ def default_variants() -> list[Variant]:
     out += [
         Variant("model from interpolated transfer, old keep rule", OLD_RULE, True),
         Variant("model from interpolated transfer, new keep rule", DEFAULT_RULE, True),
+        Variant("model from its recommend, new keep rule", DEFAULT_RULE, False, True),
     ]
     return out
 
@@ -143,6 +145,14 @@ def _sessions(
                 model, cell, space, model.thresholds, variant.rule, seed, transfer
             )
             out += [o] * len(cell.points) if o is not None else []  # one per start, as run.py
+            continue
+        if variant.recommend:
+            start = model.recommend(cell.workload, cell.size, space=space).config
+            if start in cell.points:  # a start that failed at this size is not replayable
+                o = pol.model_session(
+                    model, cell, start, space, model.thresholds, rule=variant.rule, seed=seed
+                )
+                out += [o] * len(cell.points)  # one per start, as the transfer row
             continue
         for start in sorted(cell.points, key=lambda c: c.label()):
             out.append(

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_ds1.model import Model, Thresholds
+from hpc_ds1.model.calibration import move_good, stop_good
 from hpc_ds1.model.labels import Outcome, label_outcomes
 from hpc_ds1.runner import is_faster
-from hpc_ds1.space import STOP, Config, apply_move
+from hpc_ds1.space import STOP, Config, apply_move, neighbours
 
 from .landscape import Cell, SpaceFor
 
@@ -32,6 +33,9 @@ class Checked:
     reasons: tuple[str, ...]
     far: bool  # the distance guard alone would flag it
     slower: bool  # the chosen move leads to a slower (or failing) configuration
+    # what the model's confidence is calibrated against (model/calibration.py): a move at most
+    # 2 % slower; STOP with no neighbour more than 2 % faster
+    good: bool = False
 
     @property
     def right(self) -> bool:
@@ -76,6 +80,10 @@ def check_cell(
             slower = there is None or is_faster(
                 point.runtime_s, point.spread, there.runtime_s, there.spread
             )
+            good = move_good(point.runtime_s, there.runtime_s if there is not None else None)
+        else:
+            around = [cell.points.get(c) for c in neighbours(config, space).values()]
+            good = stop_good(point.runtime_s, [p.runtime_s for p in around if p is not None])
         out.append(
             Checked(
                 cell.workload,
@@ -88,6 +96,7 @@ def check_cell(
                 tuple(d.reasons),
                 _far(d.distance, d.distance_threshold),
                 slower,
+                good,
             )
         )
     return out
@@ -101,9 +110,12 @@ def _share(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def reliability(checks: Sequence[Checked], *, not_slower: bool = False) -> list[dict[str, Any]]:
+def reliability(
+    checks: Sequence[Checked], *, not_slower: bool = False, good: bool = False
+) -> list[dict[str, Any]]:
     """Stated confidence against observed accuracy, per confidence bin; with `not_slower`,
-    accuracy is the share of moves that are not slower (an equally good move is not wrong)."""
+    accuracy is the share of moves that are not slower (an equally good move is not wrong);
+    with `good`, the share of good decisions (Checked.good)."""
     rows = []
     for lo, hi in itertools.pairwise(BIN_EDGES):
         inside = [c for c in checks if lo <= c.confidence < hi or (hi == 1.0 and c.confidence == 1)]
@@ -115,7 +127,11 @@ def reliability(checks: Sequence[Checked], *, not_slower: bool = False) -> list[
                 "decisions": len(inside),
                 "mean_confidence": round(sum(c.confidence for c in inside) / len(inside), 4),
                 "accuracy": round(
-                    sum((not c.slower) if not_slower else c.right for c in inside) / len(inside),
+                    sum(
+                        c.good if good else (not c.slower) if not_slower else c.right
+                        for c in inside
+                    )
+                    / len(inside),
                     4,
                 ),
             }
@@ -132,6 +148,8 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
     ece_not_slower = sum(
         r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in lenient
     )
+    strict = reliability(checks, good=True)
+    ece_good = sum(r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in strict)
     return {
         "decisions": n,
         "accuracy": _share(sum(c.right for c in checks), n),
@@ -144,6 +162,12 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "ece_not_slower": round(ece_not_slower, 4) if n else None,
         "reliability": table,
         "reliability_not_slower": lenient,
+        "good": _share(sum(c.good for c in checks), n),
+        "ece_good": round(ece_good, 4) if n else None,
+        "auto_good": _share(sum(c.good for c in auto), len(auto)),
+        "reliability_good": strict,
+        "good_means": "a move at most 2 % slower; STOP with no neighbour more than 2 % faster "
+        "(what the model's confidence is calibrated against)",
         "right_means": "the chosen move is the landscape's best move (the fastest neighbour "
         "beyond the noise, else STOP)",
     }

@@ -4,9 +4,14 @@ A decision's raw confidence is the blended probability of its choice. Isotonic r
 (scikit-learn, at training only) maps it to the observed share of good decisions among the
 out-of-fold decisions on the training sizes, apart for moves and for STOP:
 
-- a move is good when the configuration it leads to ran and is not slower than the current one
-  beyond the measured noise (an equally good move is good);
-- STOP is good when no neighbour is faster beyond the noise (stopping leaves nothing behind).
+- a move is good when the configuration it leads to ran and its measured runtime is at most
+  TOLERANCE (2 %) above the current one's (an equally good move is good);
+- STOP is good when no neighbour that ran is more than TOLERANCE faster (stopping leaves
+  nothing behind).
+
+A fixed tolerance, not the measured noise: at the spreads of a loaded machine (20 % and more)
+"not slower beyond the noise" is true of nearly every move, the calibration then states 1.0
+for everything and says nothing.
 
 The fitted maps travel in the model file as small tables of thresholds (metadata
 "calibration"); inference interpolates them with numpy, no scikit-learn. A kind with fewer
@@ -24,6 +29,7 @@ import numpy.typing as npt
 
 Array = npt.NDArray[Any]
 MIN_DECISIONS = 20
+TOLERANCE = 0.02
 BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 KINDS = ("move", "stop")
 
@@ -55,6 +61,16 @@ class Calibration:
                 )
             tables[kind] = (xs, ys)
         return cls(tables)
+
+
+def move_good(here_s: float, there_s: float | None) -> bool:
+    """A move to a configuration that ran in `there_s` from one that ran in `here_s`."""
+    return there_s is not None and there_s <= here_s * (1.0 + TOLERANCE)
+
+
+def stop_good(here_s: float, neighbours_s: Sequence[float]) -> bool:
+    """STOP at a configuration that ran in `here_s`, its neighbours' runtimes `neighbours_s`."""
+    return all(t >= here_s * (1.0 - TOLERANCE) for t in neighbours_s)
 
 
 def ece(confidence: Array, good: Array) -> float:
@@ -106,8 +122,8 @@ def fit_and_score(p: Array, stop: Array, good: Array, groups: Array) -> tuple[Ca
         ]
     calibration = fit(p, stop, good)
     return calibration, {
-        "what": "P(not slower): a move's target not slower beyond the noise; STOP: no "
-        "neighbour faster beyond the noise",
+        "what": f"P(good): a move's target at most {TOLERANCE:.0%} slower; STOP: no neighbour "
+        f"more than {TOLERANCE:.0%} faster",
         "decisions": len(p),
         "good_share": round(float(good.mean()), 4) if len(p) else None,
         "ece_before": round(ece(p, good), 4),

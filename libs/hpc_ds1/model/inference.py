@@ -90,6 +90,7 @@ class Model:
         self._transfer_rmse: dict[str, float | None] = dict(transfer.get("rmse_log10") or {})
         self._priors: dict[tuple[str, int], tuple[dict[Config, float], float, float | None]] = {}
         self.calibration = Calibration.from_dict(self.metadata.get("calibration"))
+        self._aligned: dict[tuple[str, int, ConfigSpace], Any] = {}
         self._class_index = np.asarray(
             [ALL_ACTIONS.index(c) for c in self.metadata["classes"]], dtype=int
         )
@@ -323,6 +324,28 @@ class Model:
             )
         return found
 
+    def _aligned_prior(
+        self, workload: str, size: int, space: ConfigSpace
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], float, float | None] | None:
+        """The prior on `space.configs()`: the indices it knows, its values there centred,
+        the weight and RMSE (cached: System 1 asks the same sizes again)."""
+        key = (workload, size, space)
+        if key in self._aligned:
+            return self._aligned[key]
+        prior = self.transfer_prior(workload, size)
+        found = None
+        if prior is not None:
+            rel, weight, prior_rmse = prior
+            configs = space.configs()
+            at = np.asarray([i for i, c in enumerate(configs) if c in rel], dtype=np.intp)
+            if len(at) >= 2:
+                t = np.asarray([rel[configs[i]] for i in at], dtype=np.float64)
+                found = (at, t - t.mean(), weight, prior_rmse)
+        if len(self._aligned) > CACHE_LIMIT:
+            self._aligned.clear()
+        self._aligned[key] = found
+        return found
+
     def recommend(
         self,
         workload: str,
@@ -348,17 +371,14 @@ class Model:
         runtimes, distances = self.predict_runtimes(workload, size, configs, fingerprint)
         logs = np.log10(runtimes)
         rmse = self._rmse
-        prior = self.transfer_prior(workload, size)
-        if prior is not None:
-            rel, weight, prior_rmse = prior
-            at = [i for i, c in enumerate(configs) if c in rel]
-            if len(at) >= 2:
-                t = np.fromiter((rel[configs[i]] for i in at), dtype=np.float64, count=len(at))
-                m = logs[at]
-                level = float(m.mean())
-                logs[at] = level + weight * (t - t.mean()) + (1.0 - weight) * (m - level)
-                runtimes = np.power(10.0, logs)
-                rmse = prior_rmse if prior_rmse is not None else rmse
+        aligned = self._aligned_prior(workload, size, space)
+        if aligned is not None:
+            at, t, weight, prior_rmse = aligned
+            m = logs[at]
+            level = float(m.mean())
+            logs[at] = level + weight * t + (1.0 - weight) * (m - level)
+            runtimes = np.power(10.0, logs)
+            rmse = prior_rmse if prior_rmse is not None else rmse
         order = np.argsort(runtimes, kind="stable")
         best = int(order[0])
         far = distance_reason(float(distances[best]), self.distance_threshold)

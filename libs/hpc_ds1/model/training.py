@@ -17,14 +17,13 @@ import numpy.typing as npt
 from hpc_ds1.model import estimators as est
 from hpc_ds1.model import features as ft
 from hpc_ds1.model.blend import Blend, choose_blend
-from hpc_ds1.model.calibration import Calibration, fit_and_score
+from hpc_ds1.model.calibration import Calibration, fit_and_score, move_good, stop_good
 from hpc_ds1.model.guard import DISTANCE_MARGIN, DISTANCE_PERCENTILE, DistanceGuard
 from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_outcomes
 from hpc_ds1.model.labels import measured_space as _measured_space
 from hpc_ds1.model.onnx_graph import build
 from hpc_ds1.model.schema import Measurement
 from hpc_ds1.model.transfer import choose_weights, relative_table, to_metadata
-from hpc_ds1.runner.noise import is_faster
 from hpc_ds1.space import ALL_ACTIONS, STOP, apply_move, neighbours
 
 FORMAT = 1
@@ -250,26 +249,26 @@ def _oof_runtime(Xr: Array, rgroups: Array, fitted: dict[int, Any]) -> Array:
 
 def _decisions_good(rows: _Rows, keys: Sequence[StateKey], proba: Array) -> tuple[Array, Array]:
     """For each out-of-fold decision (argmax of `proba`): whether it is STOP, and whether it is
-    good (calibration.py): a move whose target ran and is not slower beyond the noise; STOP
-    where no neighbour is faster beyond the noise (the state's label is STOP)."""
+    good (calibration.move_good, calibration.stop_good) on the measured runtimes."""
     stop, good = [], []
     for key, p in zip(keys, proba, strict=True):
         workload, size, config = key
         choice = ALL_ACTIONS[int(np.argmax(p))]
+        here = rows.outcomes[key].runtime_s
+        assert here is not None  # decisions are taken at states that ran
+        space = rows.space(workload)
         stop.append(choice == STOP)
         if choice == STOP:
-            good.append(rows.labels.get(key) == STOP)
+            around = [
+                rows.outcomes.get((workload, size, c)) for c in neighbours(config, space).values()
+            ]
+            good.append(
+                stop_good(here, [o.runtime_s for o in around if o and o.ok and o.runtime_s])
+            )
             continue
-        here = rows.outcomes[key]
-        target = apply_move(config, choice, rows.space(workload))
+        target = apply_move(config, choice, space)
         there = rows.outcomes.get((workload, size, target)) if target is not None else None
-        good.append(
-            there is not None
-            and there.ok
-            and there.runtime_s is not None
-            and here.runtime_s is not None
-            and not is_faster(here.runtime_s, here.spread, there.runtime_s, there.spread)
-        )
+        good.append(move_good(here, there.runtime_s if there is not None and there.ok else None))
     return np.asarray(stop, dtype=bool), np.asarray(good, dtype=bool)
 
 
