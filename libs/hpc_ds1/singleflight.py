@@ -26,6 +26,10 @@ class SingleFlight(Generic[T]):
             running.add_done_callback(lambda _: self._running.pop(key, None))
         return await asyncio.shield(running)
 
+    def running(self, key: Hashable) -> bool:
+        """Whether a call for `key` is in flight (a `do` now would join it)."""
+        return key in self._running
+
     @property
     def in_flight(self) -> int:
         return len(self._running)

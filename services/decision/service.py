@@ -101,6 +101,9 @@ class DecisionService:
         self._models: dict[str, Any] = {}  # device id -> Model
         self._devices: dict[str | None, tuple[float, tuple[str, Fingerprint]]] = {}
         self._device_flights: SingleFlight[tuple[str, Fingerprint]] = SingleFlight()
+        # One keyed decision in flight per (key id, request) on a replica: a retry that arrives
+        # while the first is still running its job joins it instead of running it again.
+        self._keyed: SingleFlight[tuple[dict[str, Any], bool]] = SingleFlight()
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs_waiting = 0
         self.answered = 0  # requests this replica took (its status tells replicas apart)
@@ -216,6 +219,16 @@ class DecisionService:
         if not SAFE_KEY_ID.match(key_id):
             raise DecisionError(422, f"{ID_HEADER} must be 32 hex digits")
         request_hash = request_sha256(request.model_dump_json().encode())
+        flight = (key_id, request_hash)
+        joined = self._keyed.running(flight)
+        body, replayed = await self._keyed.do(
+            flight, lambda: self._decide_keyed(request, actor, key_id, request_hash)
+        )
+        return body, replayed or joined
+
+    async def _decide_keyed(
+        self, request: DecideRequest, actor: str, key_id: str, request_hash: str
+    ) -> tuple[dict[str, Any], bool]:
         subject = f"{self.ctx.settings.subject_prefix}.decision.{key_id}.made"
         original = await find(self.ctx.bus, subject, request_hash)
         if original is not None:

@@ -181,3 +181,26 @@ async def test_append_once_answers_the_original_within_and_past_the_duplicate_wi
     with pytest.raises(KeyReused):
         await find(bus, first.subject, "h2")
     assert await bus.last_sequence() == 1
+
+
+async def test_a_retry_of_a_real_run_runs_nothing_again(gateway: tuple[Stack, FastAPI]) -> None:
+    """Without telemetry the job runs for real: a copy arriving while it runs joins it, a retry
+    after it is answered from the log; one run, one decision, the first run's telemetry."""
+    stack, app = gateway
+    first, joined = await asyncio.gather(
+        post(app, "engineer", JOB, "run-once"), post(app, "engineer", JOB, "run-once")
+    )
+    assert first.status_code == joined.status_code == 200, (first.text, joined.text)
+    later = await post(app, "engineer", JOB, "run-once")
+    replies = [first.json(), joined.json(), later.json()]
+    assert all(r == replies[0] for r in replies)
+    assert replies[0]["ran"] is True and replies[0]["telemetry"]["runtime_s"] > 0
+    flags = sorted(r.headers["Idempotent-Replayed"] for r in (first, joined, later))
+    assert flags == ["false", "true", "true"]
+    runs = [
+        raw
+        async for chunk in stack.bus.replay(1, f"{stack.bus.prefix}.measurement.*.recorded")
+        for raw in chunk
+    ]
+    assert len(runs) == 1
+    assert len(await decisions_in_log(stack.bus)) == 1
