@@ -41,3 +41,27 @@ def test_a_malformed_key_is_a_usage_error(
     assert main([*argv, "--idempotency-key", "has spaces", "--server", "http://gw"]) == EXIT_USAGE
     error = capsys.readouterr().err
     assert "--idempotency-key: invalid Idempotency-Key header: use 1 to 255" in error
+
+
+def test_submit_sends_its_key_and_refuses_a_malformed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hpc_ds1.fleet.client import FleetClient
+
+    sent: list[httpx.Headers] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers)
+        return httpx.Response(201, json={"task_id": "t1"})
+
+    with FleetClient("http://gw", "tok") as client:
+        client._http.close()
+        client._http = httpx.Client(base_url="http://gw", transport=httpx.MockTransport(handler))
+        client.submit("gemm", 64, "task-7")
+        client.submit("gemm", 64)
+    assert sent[0]["Idempotency-Key"] == "task-7" and "Idempotency-Key" not in sent[1]
+
+    monkeypatch.setenv("HPC_DS1_HOME", str(tmp_path / "home"))
+    argv = ["submit", "--workload", "gemm", "--size", "64", "--server", "http://gw"]
+    assert main([*argv, "--idempotency-key", "x" * 256]) == EXIT_USAGE
+    assert "use 1 to 255" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..credentials import CredentialError, bearer_for
+from ..idempotency import KEY_RULE, InvalidKey, parse_key
 from ..infra.home import running_owner
 from . import PreconditionError, UsageError
 from .common import add_home_argument, load_settings
@@ -26,6 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="engineer token for --server (default: this home's own, "
         "$HPC_DS1_HOME/credentials/cli.token, when the server is this home's)",
     )
+    parser.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="run the command again with the same KEY after a timeout and the first task is "
+        f"answered, not a second one submitted ({KEY_RULE})",
+    )
     parser.add_argument("--no-wait", action="store_true", help="print the task and return")
     parser.add_argument("--json", action="store_true", help="print the task as JSON")
     parser.add_argument("--timeout", type=float, help="give up waiting after S seconds")
@@ -41,6 +48,12 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--size must be a positive integer, not {args.size}")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be positive seconds, not {args.timeout:g}")
+    key = None
+    if args.idempotency_key is not None:
+        try:
+            key = parse_key(args.idempotency_key)
+        except InvalidKey as error:
+            raise UsageError(f"--idempotency-key: {error}") from None
     settings = load_settings(quiet=True, home=args.home)
     owner = running_owner(settings.home)
     server = args.server or (owner.gateway_url if owner else None)
@@ -54,7 +67,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     try:
         with FleetClient(server, token) as client:
-            task = client.submit(args.workload, args.size)
+            task = client.submit(args.workload, args.size, key)
             if not args.json:
                 print(f"task {task['task_id']} submitted", flush=True)
             if not args.no_wait:

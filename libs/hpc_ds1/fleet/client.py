@@ -280,10 +280,18 @@ class FleetClient:
             raise unreachable(self.server, what, error) from None
         return check(response, self.server, what).json()
 
-    def submit(self, workload: str, size: int) -> dict[str, Any]:
-        """POST /v1/tasks: the new task's JSON."""
+    def submit(
+        self, workload: str, size: int, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """POST /v1/tasks: the new task's JSON. With `idempotency_key` (docs/idempotency.md) a
+        submission sent again is the same task."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
         task: dict[str, Any] = self._call(
-            "POST", "/v1/tasks", "submit a task", json={"workload": workload, "size": size}
+            "POST",
+            "/v1/tasks",
+            "submit a task",
+            json={"workload": workload, "size": size},
+            headers=headers,
         )
         return task
 
