@@ -111,7 +111,8 @@ async def append_once(
     was appended, the original when a copy was there first (KeyReused if for another request)."""
     headers = {HASH_HEADER: request_hash}
     if extras is not None:
-        headers[REPLY_HEADER] = base64.b64encode(orjson.dumps(extras)).decode()
+        # As the reply is sent (services answer with default=str), so a replay reads the same.
+        headers[REPLY_HEADER] = base64.b64encode(orjson.dumps(extras, default=str)).decode()
     try:
         ack = await bus.append(env, expected_version=0, headers=headers)
     except ConcurrencyConflict:  # past the duplicate window: the subject already holds one
