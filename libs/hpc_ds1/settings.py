@@ -61,10 +61,12 @@ class Settings(BaseSettings):
         description="JetStream replicas of the event log and model bucket: 3 on a 3-node cluster.",
     )
     projector_batch: int = Field(default=2000, ge=1, le=10_000)
-    serve_mode: Literal["one-process", "processes"] = Field(
-        default="one-process",
-        description="`serve` runs every service in its own process, or all in one "
-        "(`serve --processes` / `--one-process` for one start).",
+    serve_mode: Literal["auto", "one-process", "processes"] = Field(
+        default="auto",
+        description="`serve` runs every service in its own process, or all in one; auto: its "
+        "own process each where 2 or more CPUs are usable (measured x1.38 requests/s on 2 cores, "
+        "benchmarks/bench_serve_modes.py), one process on 1 (`serve --processes` / "
+        "`--one-process` for one start).",
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",
