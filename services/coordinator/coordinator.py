@@ -11,6 +11,7 @@ from sqlalchemy import Engine, select
 
 from hpc_ds1.bus import ConcurrencyConflict
 from hpc_ds1.db import tables
+from hpc_ds1.db.reads import latest_model
 from hpc_ds1.events import MalformedEvent, SessionStarted, decode, envelope, new_id, typed
 from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.log import get_logger
@@ -41,18 +42,6 @@ def _device(engine: Engine, device_id: str | None) -> tuple[str, dict[str, Any]]
     return None if row is None else (row[0], dict(row[1]))
 
 
-def _latest_model(engine: Engine, device_id: str) -> tuple[str, str] | None:
-    t = tables.models
-    with engine.connect() as conn:
-        row = conn.execute(
-            select(t.c.model_version, t.c.artifact)
-            .where(t.c.device_id == device_id)
-            .order_by(t.c.seq.desc())
-            .limit(1)
-        ).first()
-    return None if row is None else (row[0], row[1])
-
-
 class Coordinator:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
@@ -63,7 +52,7 @@ class Coordinator:
         from hpc_ds1.model import Model
         from hpc_ds1.models_store import models_bucket
 
-        found = await asyncio.to_thread(_latest_model, self.ctx.engine, device_id)
+        found = await asyncio.to_thread(latest_model, self.ctx.engine, device_id)
         if found is None:
             return None
         version, artifact = found

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
 from hpc_ds1.db import tables
+from hpc_ds1.db.reads import latest_model
 from hpc_ds1.events import DecisionMade, envelope, new_id
 from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.idempotency import ID_HEADER, KeyReused, Stored, append_once, find, request_sha256
@@ -82,17 +83,6 @@ def _device(engine: Engine, device_id: str) -> dict[str, Any] | None:
     with engine.connect() as conn:
         row = conn.execute(select(t.c.fingerprint).where(t.c.device_id == device_id)).first()
     return None if row is None else dict(row[0])
-
-
-def _latest_model(engine: Engine, device_id: str) -> tuple[str, str] | None:
-    t = tables.models
-    with engine.connect() as conn:
-        row = conn.execute(
-            select(t.c.model_version, t.c.artifact)
-            .where(t.c.device_id == device_id)
-            .order_by(t.c.seq.desc())
-        ).first()
-    return None if row is None else (row[0], row[1])
 
 
 class DecisionService:
@@ -169,7 +159,7 @@ class DecisionService:
 
         if device_id in self._models:
             return self._models[device_id]
-        found = await asyncio.to_thread(_latest_model, self.ctx.engine, device_id)
+        found = await asyncio.to_thread(latest_model, self.ctx.engine, device_id)
         if found is None:
             raise DecisionError(
                 409, f"no model for device {device_id} yet: run `hpc-ds1 setup --quick` on it"

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, select
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.db.reads import latest_model
 from hpc_ds1.models_store import models_bucket
 from hpc_ds1.requests import MAX_SIZE, SafeId, Size, WorkloadName
 from hpc_ds1.settings import Settings
@@ -70,18 +71,6 @@ def _device(engine: Engine, device_id: str | None) -> tuple[str, dict[str, Any]]
     with engine.connect() as conn:
         row = conn.execute(query.limit(1)).first()
     return None if row is None else (row[0], dict(row[1]))
-
-
-def _latest_model(engine: Engine, device_id: str) -> tuple[str, str] | None:
-    t = tables.models
-    with engine.connect() as conn:
-        row = conn.execute(
-            select(t.c.model_version, t.c.artifact)
-            .where(t.c.device_id == device_id)
-            .order_by(t.c.seq.desc())
-            .limit(1)
-        ).first()
-    return None if row is None else (row[0], row[1])
 
 
 class Models:
@@ -140,7 +129,7 @@ def recommend_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRo
                 404, NO_DEVICE if body.device_id is None else f"unknown device {body.device_id}"
             )
         device_id, raw = device
-        latest = await asyncio.to_thread(_latest_model, engine, device_id)
+        latest = await asyncio.to_thread(latest_model, engine, device_id)
         if latest is None:
             raise HTTPException(
                 409, f"no model for device {device_id} yet: run `hpc-ds1 setup --quick` on it"

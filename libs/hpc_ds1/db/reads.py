@@ -1,0 +1,20 @@
+"""Small reads of the projection that several services make."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, select
+
+from . import tables
+
+
+def latest_model(engine: Engine, device_id: str) -> tuple[str, str] | None:
+    """The device's newest model: (version, artifact key), or None before its first."""
+    t = tables.models
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(t.c.model_version, t.c.artifact)
+            .where(t.c.device_id == device_id)
+            .order_by(t.c.seq.desc())
+            .limit(1)
+        ).first()
+    return None if row is None else (row[0], row[1])
