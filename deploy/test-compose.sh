@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test-compose: docker-compose.yml for real, under podman-compose, on a machine that reaches
 # no image registry. As root, it installs what is missing (Debian's podman, runc, catatonit,
-# netavark, aardvark-dns, debootstrap; podman-compose from pip in its own venv), builds a Debian
+# netavark, aardvark-dns, iptables, debootstrap; podman-compose from pip in its own venv), builds a Debian
 # bookworm base image with debootstrap (kept in podman's store: later runs reuse it) and a
 # wheelhouse with `pip wheel` on the host (deploy/wheels/, kept while pyproject's dependencies
 # do not change), builds the images with that base as BASE_IMAGE (NATS and Postgres as stand-ins,
@@ -39,7 +39,9 @@ mkdir -p "$STATE"
 chmod 0700 "$STATE"
 
 # --- tools ---------------------------------------------------------------------------------
-PACKAGES=(podman runc catatonit netavark aardvark-dns debootstrap)
+# netavark sets up the build and compose networks with iptables (a Recommends, so not pulled in
+# by --no-install-recommends: "netavark: No such file or directory" on a machine without it).
+PACKAGES=(podman runc catatonit netavark aardvark-dns iptables debootstrap)
 missing=()
 for package in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
