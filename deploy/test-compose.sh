@@ -39,8 +39,8 @@ mkdir -p "$STATE"
 chmod 0700 "$STATE"
 
 # --- tools ---------------------------------------------------------------------------------
-# netavark sets up the build and compose networks with iptables (a Recommends, so not pulled in
-# by --no-install-recommends: "netavark: No such file or directory" on a machine without it).
+# netavark sets up the build and compose networks by running the iptables command, which its
+# package does not depend on ("netavark: No such file or directory" on a machine without it).
 PACKAGES=(podman runc catatonit netavark aardvark-dns iptables debootstrap)
 missing=()
 for package in "${PACKAGES[@]}"; do
