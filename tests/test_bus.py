@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from hpc_ds1.bus import ConcurrencyConflict, EventBus
 from hpc_ds1.events import DeviceLeft, DeviceRegistered, Envelope, envelope
+from hpc_ds1.settings import Settings
 
 
 def registered(bus: EventBus, device: str = "dev-1") -> Envelope:
@@ -124,3 +126,23 @@ async def test_a_replay_filtered_on_several_subjects_keeps_the_order(
     got = [e async for chunk in bus.replay(1, wanted) for e in chunk]
     assert [e.seq for e in got] == [1, 3, 5]
     assert [e.subject for e in got] == [env.subject for env in devices]
+
+
+async def test_closing_after_the_server_went_away_is_clean(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """A compose stop takes NATS down beside the services: a service closing its bus then must
+    still stop cleanly (nothing can be drained to a server that is gone)."""
+    from hpc_ds1.infra.nats_server import EmbeddedNats
+    from hpc_ds1.infra.ports import free_port
+
+    server = EmbeddedNats(tmp_path / "nats", port=free_port())
+    url = server.start()
+    try:
+        gone = await EventBus.connect(settings, url, "test")
+        await gone.publish(registered(gone))
+    finally:
+        server.stop()
+    await asyncio.sleep(0.5)  # the client notices and starts reconnecting
+    await gone.close()
+    assert gone.nc.is_closed

@@ -165,8 +165,20 @@ class EventBus:
         return bus
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
+        """Drain and close; a connection whose server is already gone is closed without the
+        drain (nothing can be flushed to it, and nothing unacknowledged was ever recorded)."""
+        if self.nc.is_closed:
+            return
+        try:
             await self.nc.drain()
+        except (
+            nats.errors.ConnectionReconnectingError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.DrainTimeoutError,
+        ) as error:
+            # A compose stop takes NATS down beside the services: stopping is still clean.
+            log.warning("closed_without_drain", error=type(error).__name__)
+            await self.nc.close()
 
     async def ensure_streams(self) -> None:
         """Create the event stream and its dead-letter stream; keep everything, discard nothing."""
