@@ -114,8 +114,12 @@ def test_a_session_waits_for_an_engineer_and_goes_on_when_approved(
     types = [e["type"] for e in session["events"]]
     assert "session.paused" in types, types
     runs = [e for e in session["events"] if e["type"] == "session.step_run"]
-    # The start configuration, then the approved move: both real runs on the agent.
-    assert len(runs) >= 2 and all(r["data"]["runtime_s"] > 0 for r in runs), runs
+    # The start configuration, then the approved move: both real runs on the agent. The model
+    # may say STOP first (it did on a freshly trained quick model): approved, it ends the
+    # session after the start's run, and no move is left to run.
+    moved = verdicts[0]["move"] != "STOP"
+    assert len(runs) >= (2 if moved else 1), (verdicts, runs)
+    assert all(r["data"]["runtime_s"] > 0 for r in runs), runs
     decided = ok(api.get("/v1/approvals", params={"status": "decided", "limit": 1000}))
     by_id = {a["approval_id"]: a for a in decided["approvals"]}
     first = by_id[verdicts[0]["approval_id"]]
