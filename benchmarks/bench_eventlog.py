@@ -2,13 +2,18 @@
 sync settings. Run: `make bench-eventlog` (or `python benchmarks/bench_eventlog.py [N]`).
 
 For each setting it starts an embedded nats-server and measures, in one run:
-  raw ceiling   JetStream publishes/s (EventBus.publish_many: 512 sent at once, their
-                acknowledgements awaited together), then pull fetch(500)+ack/s (no Postgres);
+  raw ceiling   JetStream publishes/s with EventBus.publish_many, both ways: one at a time
+                (512 sent at once, their acknowledgements awaited together: the baseline) and
+                in atomic batches (one acknowledgement, one flush per batch of 512), then pull
+                fetch(500)+ack/s (no Postgres);
   end to end    events/s from the first publish until the projector's checkpoint, committed in
                 Postgres, covers the last event; the projector runs as its own process
                 (`hpc-ds1 service projector`), as in docker-compose;
   lag           per event: the first poll (every 5 ms) that sees its sequence committed, minus
-                the moment its publish was sent; p50/p99 over all events.
+                the moment its publish was sent; p50/p99 over all events. Unpaced, the lag is
+                mostly the backlog of a publisher faster than the projector (it grows with N);
+                paced at the issue's target rate (5,000/s with sync always, 10,000/s with the
+                default), it is the lag a steady load of that rate sees.
 Postgres is the embedded one (pgserver), durable settings (fsync on).
 
 Options: `--sync always|default` measures one setting only; `--no-serve` skips the `serve`
@@ -75,9 +80,10 @@ def make_events(prefix: str, n: int) -> list[Envelope]:
     ]
 
 
-async def raw_ceiling(url: str, n: int) -> tuple[float, float]:
+async def raw_ceiling(url: str, n: int, batches: bool) -> tuple[float, float]:
     settings = Settings(stream="RAW", subject_prefix="raw", nats_url=url, database_url="x")
     bus = await EventBus.connect(settings, url, "bench-raw")
+    bus.atomic_batches = bus.atomic_batches and batches
     events = make_events("raw", n)
     started = time.perf_counter()
     await bus.publish_many(events, window=512)
@@ -122,7 +128,13 @@ def stop_profiler(spy: subprocess.Popen[bytes] | None) -> None:
 
 
 async def end_to_end(
-    url: str, server_url: str, n: int, home: Path, profile: Path | None = None
+    url: str,
+    server_url: str,
+    n: int,
+    home: Path,
+    profile: Path | None = None,
+    batches: bool = True,
+    rate: float | None = None,
 ) -> dict[str, float]:
     db_url = fresh_database(server_url, home.name.replace("-", "_"))
     settings = Settings(
@@ -131,6 +143,7 @@ async def end_to_end(
     engine = make_engine(db_url)
     upgrade(engine)
     bus = await EventBus.connect(settings, url, "bench-e2e")
+    bus.atomic_batches = bus.atomic_batches and batches
     env = {
         **os.environ,
         "HPC_DS1_NATS_URL": url,
@@ -148,7 +161,7 @@ async def end_to_end(
         spy = profiler(projector.pid, profile, f"projector-{home.name}")
         before = _cpu_s(projector.pid)
         try:
-            result = await _publish_and_watch(bus, engine, projector, make_events("e2e", n))
+            result = await _publish_and_watch(bus, engine, projector, make_events("e2e", n), rate)
         finally:
             stop_profiler(spy)
         # CPU per event: what the projector's own work costs, which other load on the machine
@@ -183,8 +196,15 @@ def _cpu_s(pid: int) -> float:
 
 
 async def _publish_and_watch(
-    bus: EventBus, engine: Engine, projector: subprocess.Popen[bytes], events: list[Envelope]
+    bus: EventBus,
+    engine: Engine,
+    projector: subprocess.Popen[bytes],
+    events: list[Envelope],
+    rate: float | None = None,
 ) -> dict[str, float]:
+    """As fast as the publisher goes (rate None: the lag is then mostly the backlog of a
+    publisher faster than the projector, and grows with n), or paced at `rate` events/s in
+    chunks every 10 ms (the lag a steady load of that rate sees)."""
     n = len(events)
     sent_at = [0.0] * (n + 1)
     seen_at = [0.0] * (n + 1)
@@ -208,9 +228,12 @@ async def _publish_and_watch(
 
     poller = asyncio.create_task(poll())
     started = time.perf_counter()
-    window = 512  # events sent at once, their acknowledgements awaited together
+    # events sent at once (one atomic batch, or their acks awaited together)
+    window = 512 if rate is None else max(1, int(rate / 100))
     for start in range(0, n, window):
         chunk = events[start : start + window]
+        if rate is not None:
+            await asyncio.sleep(max(0.0, started + start / rate - time.perf_counter()))
         now = time.perf_counter()
         for i in range(len(chunk)):
             sent_at[start + i + 1] = now
@@ -268,31 +291,51 @@ def main() -> None:
         db_url = pg.start()
     print(f"event log benchmark: {n} events per measurement, {os.cpu_count()} CPUs")
     print(
-        f"{'setting':<18}{'raw pub/s':>11}{'raw fetch+ack/s':>17}{'e2e events/s':>14}"
-        f"{'of ceiling':>12}{'lag p50':>10}{'lag p99':>10}{'projector CPU':>15}"
+        f"{'setting':<22}{'publish':<20}{'raw pub/s':>10}{'raw fetch+ack/s':>16}"
+        f"{'e2e events/s':>13}{'of ceiling':>11}{'lag p50':>10}{'lag p99':>10}"
+        f"{'projector CPU':>14}"
     )
+    measured: dict[tuple[str, str], float] = {}
     try:
         for sync in (args.sync,) if args.sync else ("always", "default"):
             nats = EmbeddedNats(root / f"nats-{sync}", sync=sync)
             url = nats.start()
+            label = "sync_interval=always" if sync == "always" else "default sync"
+            offered = {"always": 5_000.0, "default": 10_000.0}[sync]  # issue 15's targets
             try:
-                pub, fetch = asyncio.run(raw_ceiling(url, n))
-                e2e = asyncio.run(end_to_end(url, db_url, n, root / f"home-{sync}", args.profile))
+                for how, batches, rate in (
+                    ("one at a time", False, None),
+                    ("atomic batches", True, None),
+                    (f"batches, {offered:,.0f}/s", True, offered),
+                ):
+                    pub, fetch = (
+                        asyncio.run(raw_ceiling(url, n, batches)) if rate is None else (0, 0)
+                    )
+                    home = root / f"home-{sync}-{len(measured)}"
+                    e2e = asyncio.run(end_to_end(url, db_url, n, home, args.profile, batches, rate))
+                    measured[sync, how] = e2e["e2e_per_s"]
+                    ceiling = min(pub, fetch) if rate is None else rate
+                    sent = f"sent {e2e['publish_per_s']:,.0f}/s"
+                    raw = f"{pub:>10,.0f}{fetch:>16,.0f}" if rate is None else f"{sent:>26}"
+                    print(
+                        f"{label:<22}{how:<20}{raw}{e2e['e2e_per_s']:>13,.0f}"
+                        f"{e2e['e2e_per_s'] / ceiling:>10.0%} {e2e['lag_p50_ms']:>7.0f} ms"
+                        f"{e2e['lag_p99_ms']:>7.0f} ms{e2e['projector_cpu_us']:>8.0f} us/ev",
+                        flush=True,
+                    )
+                    label = ""
             finally:
                 nats.stop()
-            ceiling = min(pub, fetch)
-            label = "sync_interval=always" if sync == "always" else "default sync"
-            print(
-                f"{label:<18}{pub:>11,.0f}{fetch:>17,.0f}{e2e['e2e_per_s']:>14,.0f}"
-                f"{e2e['e2e_per_s'] / ceiling:>11.0%} {e2e['lag_p50_ms']:>7.0f} ms"
-                f"{e2e['lag_p99_ms']:>7.0f} ms{e2e['projector_cpu_us']:>9.0f} us/ev"
-            )
     finally:
         pg.stop()
     print(
-        "ceiling = min(raw publish, raw fetch+ack); lag = commit seen - publish sent; "
-        "projector CPU = its user+system seconds during the run / events"
+        "ceiling = min(raw publish, raw fetch+ack), or the offered rate (sent: the rate "
+        "reached); lag = commit seen - publish sent; projector CPU = its user+system seconds "
+        "during the run / events"
     )
+    for sync in (args.sync,) if args.sync else ("always", "default"):
+        ratio = measured[sync, "atomic batches"] / measured[sync, "one at a time"]
+        print(f"{sync} sync: end to end with atomic batches / one at a time: x{ratio:.2f}")
     if args.no_serve:
         return
     cold = serve_start(root / "serve-home")

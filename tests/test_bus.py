@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,69 @@ async def test_closing_after_the_server_went_away_is_clean(
     await asyncio.sleep(0.5)  # the client notices and starts reconnecting
     await gone.close()
     assert gone.nc.is_closed
+
+
+def batches_or_skip(bus: EventBus) -> None:
+    if not bus._server_batches():
+        pytest.skip("the NATS server predates atomic batches (2.12)")
+
+
+async def test_publish_many_goes_in_atomic_batches(
+    bus: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches_or_skip(bus)
+    assert bus.atomic_batches
+    one_at_a_time: list[range] = []
+    original = bus._append_window
+
+    async def counted(envs: list[Envelope], sequences: list[int], indexes: range) -> None:
+        one_at_a_time.append(indexes)
+        await original(envs, sequences, indexes)
+
+    monkeypatch.setattr(bus, "_append_window", counted)
+    envs = [registered(bus, f"dev-{i}") for i in range(2500)]
+    assert await bus.publish_many(envs) == list(range(1, 2501))  # batches of 1000, 1000, 500
+    assert one_at_a_time == []
+    stored = [e async for chunk in bus.replay() for e in chunk]
+    assert [e.subject for e in stored] == [env.subject for env in envs]
+    assert [e.data for e in stored[:3]] == [env.to_json() for env in envs[:3]]
+
+    # A resend (the whole batch, or part of it beside new events) is refused as a batch and
+    # appended one at a time: the stored ones answer with their first sequence, once each.
+    mixed = envs[100:105] + [registered(bus, f"new-{i}") for i in range(5)]
+    assert await bus.publish_many(mixed) == [*range(101, 106), *range(2501, 2506)]
+    assert await bus.publish_many(envs[:3]) == [1, 2, 3]
+    assert await bus.last_sequence() == 2505
+    assert len(one_at_a_time) == 2
+    assert bus.atomic_batches  # a resend is no reason to stop batching
+
+
+async def test_a_stream_made_without_batches_gets_them(
+    settings: Settings, nats_url: str, bus: EventBus
+) -> None:
+    batches_or_skip(bus)
+    info = await bus.js.stream_info(bus.stream)
+    await bus.js.delete_stream(bus.stream)
+    await bus.js.add_stream(replace(info.config, allow_atomic=None))  # as before batches
+    again = await EventBus.connect(settings, nats_url, "test-again")
+    try:
+        assert again.atomic_batches
+        assert (await again.js.stream_info(bus.stream)).config.allow_atomic
+        assert await again.publish_many([registered(again, f"d{i}") for i in range(3)]) == [1, 2, 3]
+    finally:
+        await again.close()
+
+
+async def test_refused_batches_still_append_everything_and_then_stop(bus: EventBus) -> None:
+    """A server that refuses the batches (here: a stream without allow_atomic, while the bus
+    believes otherwise) loses nothing; after a few refusals in a row the bus stops trying."""
+    batches_or_skip(bus)
+    info = await bus.js.stream_info(bus.stream)
+    await bus.js.delete_stream(bus.stream)
+    await bus.js.add_stream(replace(info.config, allow_atomic=None))
+    assert bus.atomic_batches
+    for round_ in range(3):
+        envs = [registered(bus, f"r{round_}-{i}") for i in range(4)]
+        assert await bus.publish_many(envs) == list(range(4 * round_ + 1, 4 * round_ + 5))
+    assert not bus.atomic_batches
+    assert await bus.last_sequence() == 12
