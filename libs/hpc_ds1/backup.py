@@ -45,7 +45,9 @@ OBJECTS = "objects"
 MODELS = "models"
 # Headers JetStream checks at append time: they held when the event was first appended, and a
 # replay into an empty stream must not check them again (a deleted message changes the answer).
-_CHECK_HEADERS = ("Nats-Expected-",)
+# Also the atomic batch an event came in: sent again alone, it would be taken for part of an
+# open batch and never stored.
+_CHECK_HEADERS = ("Nats-Expected-", "Nats-Batch-")
 _GAP_SUBJECT = "_restore.gap"
 
 

@@ -159,8 +159,13 @@ async def messages(bus: EventBus, stream: str) -> list[tuple[Any, ...]]:
         except Exception:
             found.append((seq, None))
             continue
-        # js.publish(stream=...) stores the stream's own name in Nats-Expected-Stream.
-        headers = {k: v for k, v in (msg.headers or {}).items() if k != "Nats-Expected-Stream"}
+        # Append-time headers: js.publish(stream=...) stores the stream's own name in
+        # Nats-Expected-Stream, publish_many's atomic batches their batch (dropped on restore).
+        headers = {
+            k: v
+            for k, v in (msg.headers or {}).items()
+            if k != "Nats-Expected-Stream" and not k.startswith("Nats-Batch-")
+        }
         found.append((seq, msg.subject, msg.data, headers))
     return found
 
