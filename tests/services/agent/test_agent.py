@@ -215,6 +215,15 @@ async def test_a_failed_publish_is_retried_with_the_same_event_id(
     assert (await bus.js.stream_info(settings.stream)).state.messages == 1
 
 
+def command_line(process: psutil.Process) -> str:
+    """The process's command line; empty once it has exited (a short-lived helper the job
+    started may be a zombie or gone by the time it is read)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def service_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
     env.update(
@@ -253,9 +262,7 @@ async def test_sigterm_kills_the_running_job_and_the_agent_exits(
         async def ranks_running() -> bool:
             nonlocal job
             job = psutil.Process(proc.pid).children(recursive=True)
-            return any(
-                p.is_running() and "hpc_ds1.runner.rank" in " ".join(p.cmdline()) for p in job
-            )
+            return any("hpc_ds1.runner.rank" in command_line(p) for p in job)
 
         await wait_until(ranks_running, "the job's rank runs")
         proc.send_signal(signal.SIGTERM)
