@@ -155,4 +155,20 @@ def render_truth(t: dict[str, Any]) -> str:
         f"exhaustive search on the truth pass: mean {x['pct_mean']} % of the true best, "
         f"below 100 % at {x['cells_below_100']} of {x['cells']} sizes (min {x['pct_min']} %)"
     )
-    return "\n".join([head, body, check, f"within noise: {t['noise']}"])
+    parts = [head, body, check, f"within noise: {t['noise']}"]
+    if t.get("system1"):
+        parts.append("System 1 on the truth pass (0 runs), true % of best:")
+        parts += [
+            f"  {r['key']:22} median {r['median']}, p10 {r['p10']} "
+            f"({r['scored']} sizes scored, {r['unscored']} not re-measured)"
+            for r in t["system1"]
+        ]
+    for other, v in (t.get("versus") or {}).items():
+        if v is None:
+            continue
+        parts.append(
+            f"model - {other}: median {v['median_difference']:+} {v['median_interval']}, "
+            f"p10 {v['p10_difference']:+} {v['p10_interval']} ({v['interval']}, "
+            f"{v['cells']} cells)"
+        )
+    return "\n".join(parts)

@@ -1,0 +1,166 @@
+"""The headline figures of issue 13, all on the truth pass: System 1's picks scored there, the
+model against random search and TPE with a bootstrap interval over cells, and the targets.
+
+The cell (one held-out workload and size) is the unit that is resampled: the sessions of one
+cell share its landscape, so they are not independent draws."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hpc_ds1.space import Config
+
+from .landscape import percentile
+from .truth import Key, TruePoint, TrueScore
+
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL = 0.90
+
+
+def system1_truth(
+    system1: Mapping[str, Any], truth: Mapping[Key, Mapping[Config, TruePoint]]
+) -> list[dict[str, Any]]:
+    """Each System 1 approach's picks scored on the truth pass: true runtime of the truth
+    pass's best / true runtime of the pick. A pick the truth pass did not measure is counted
+    as unscored, never dropped silently."""
+    picks: dict[str, list[float]] = {}
+    unscored: dict[str, int] = {}
+    for row in system1.get("per_size", []):
+        points = truth.get((row["workload"], row["size"]), {})
+        if not points:
+            continue
+        by_label = {c.label(): p for c, p in points.items()}
+        best = min(p.runtime_s for p in points.values())
+        for key, chosen in row.items():
+            if not isinstance(chosen, dict) or "config" not in chosen:
+                continue
+            point = by_label.get(chosen["config"])
+            if point is None:
+                unscored[key] = unscored.get(key, 0) + 1
+                continue
+            picks.setdefault(key, []).append(100.0 * best / point.runtime_s)
+    out = []
+    for key in {*picks, *unscored}:
+        values = picks.get(key, [])
+        out.append(
+            {
+                "key": key,
+                "median": round(statistics.median(values), 2) if values else None,
+                "p10": round(percentile(values, 0.10), 2) if values else None,
+                "scored": len(values),
+                "unscored": unscored.get(key, 0),
+            }
+        )
+    return sorted(out, key=lambda r: r["key"])
+
+
+def _by_cell(scores: Sequence[TrueScore], policy: str) -> dict[Key, list[float]]:
+    cells: dict[Key, list[float]] = {}
+    for s in scores:
+        if s.outcome.policy == policy:
+            cells.setdefault((s.outcome.workload, s.outcome.size), []).append(s.pct_of_best)
+    return cells
+
+
+def _figures(cells: Sequence[list[float]]) -> tuple[float, float]:
+    pooled = [v for values in cells for v in values]
+    return statistics.median(pooled), percentile(pooled, 0.10)
+
+
+def versus(
+    scores: Sequence[TrueScore],
+    policy: str,
+    other: str,
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> dict[str, Any] | None:
+    """`policy` minus `other` on the true % of best, median and 10th percentile over their
+    sessions, with a percentile-bootstrap interval (INTERVAL) from resampling the cells both
+    were scored on. None when they share no cell."""
+    mine, theirs = _by_cell(scores, policy), _by_cell(scores, other)
+    shared = sorted(set(mine) & set(theirs))
+    if not shared:
+        return None
+    median_a, p10_a = _figures([mine[k] for k in shared])
+    median_b, p10_b = _figures([theirs[k] for k in shared])
+    rng = random.Random(f"versus:{seed}:{policy}:{other}")
+    medians, p10s = [], []
+    for _ in range(resamples):
+        drawn = [shared[rng.randrange(len(shared))] for _ in shared]
+        ma, pa = _figures([mine[k] for k in drawn])
+        mb, pb = _figures([theirs[k] for k in drawn])
+        medians.append(ma - mb)
+        p10s.append(pa - pb)
+    tail = (1.0 - INTERVAL) / 2.0
+
+    def interval(values: list[float]) -> list[float]:
+        return [round(percentile(values, tail), 2), round(percentile(values, 1.0 - tail), 2)]
+
+    median_interval, p10_interval = interval(medians), interval(p10s)
+    return {
+        "policy": policy,
+        "other": other,
+        "cells": len(shared),
+        "median_difference": round(median_a - median_b, 2),
+        "median_interval": median_interval,
+        "p10_difference": round(p10_a - p10_b, 2),
+        "p10_interval": p10_interval,
+        "interval": f"{INTERVAL:.0%} percentile bootstrap over cells, {resamples} resamples",
+        "above_with_interval": median_interval[0] > 0 and p10_interval[0] > 0,
+    }
+
+
+def _row(name: str, value: Any, op: str, goal: Any) -> dict[str, Any]:
+    met = None
+    if value is not None and goal is not None:
+        met = {">=": value >= goal, "<=": value <= goal, ">": value > goal}[op]
+    return {"target": name, "value": value, "goal": f"{op} {goal}", "met": met}
+
+
+def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Issue 13's table, each figure from the truth pass (System 1 too); the guard's rows are
+    the caller's."""
+    truth = results["truth"]
+    by = {r["policy"]: r for r in truth["table"]}
+    model = by.get("model", {})
+    s1 = {r["key"]: r for r in truth.get("system1", [])}
+    s1_model = s1.get("model", {}).get("median")
+    baselines = [
+        s1.get(k, {}).get("median") for k in ("rule_of_thumb", "nearest_trained") if k in s1
+    ]
+    cal = results["calibration"]
+    auto_share = round(cal["auto_moves"] / cal["decisions"], 4) if cal.get("decisions") else None
+    rows = [
+        _row("model sessions: true median % of best", model.get("pct_median"), ">=", 97.0),
+        _row("model sessions: true 10th percentile % of best", model.get("pct_p10"), ">=", 92.0),
+        _row("model sessions: median real runs", model.get("runs_median"), "<=", 5),
+    ]
+    for other in ("random", "optuna_tpe"):
+        against = truth.get("versus", {}).get(other)
+        rows.append(
+            _row(
+                f"model above {other} on median and p10, bootstrap interval excluding 0",
+                None if against is None else against["above_with_interval"],
+                ">=",
+                True,
+            )
+        )
+    rows += [
+        _row("System 1: true median % of best with 0 runs", s1_model, ">=", 95.0),
+        _row(
+            "System 1 above rule of thumb and nearest trained size (true median)",
+            None
+            if s1_model is None or None in baselines or not baselines
+            else all(s1_model > b for b in baselines),
+            ">=",
+            True,
+        ),
+        _row("held-out decisions that run automatically", auto_share, ">=", 0.30),
+        _row("automatic decisions not slower", cal.get("auto_not_slower"), ">=", 0.97),
+        _row("calibration error (ECE) on not slower", cal.get("ece_not_slower"), "<=", 0.05),
+    ]
+    return rows
