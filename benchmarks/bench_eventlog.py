@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
@@ -159,14 +160,22 @@ async def end_to_end(
     try:
         await _started(engine, projector)
         spy = profiler(projector.pid, profile, f"projector-{home.name}")
+        events = make_events("e2e", n)
+        nats_server = _nats_server()
         before = _cpu_s(projector.pid)
+        nats_before = _cpu_s(nats_server.pid) if nats_server else 0.0
+        machine_before = _machine_busy_s()
         try:
-            result = await _publish_and_watch(bus, engine, projector, make_events("e2e", n), rate)
+            result = await _publish_and_watch(bus, engine, projector, events, rate)
         finally:
             stop_profiler(spy)
         # CPU per event: what the projector's own work costs, which other load on the machine
-        # inflates far less than it inflates events/s.
+        # inflates far less than it inflates events/s; the machine's (every process: publisher,
+        # nats-server, projector, Postgres) bounds the rate at cores / CPU per event.
         result["projector_cpu_us"] = 1e6 * (_cpu_s(projector.pid) - before) / n
+        result["machine_cpu_us"] = 1e6 * (_machine_busy_s() - machine_before) / n
+        if nats_server is not None:
+            result["nats_cpu_us"] = 1e6 * (_cpu_s(nats_server.pid) - nats_before) / n
         return result
     finally:
         projector.terminate()
@@ -188,6 +197,21 @@ async def _started(engine: Engine, projector: subprocess.Popen[bytes]) -> None:
                 break
         await asyncio.sleep(0.1)
     await asyncio.sleep(1.0)
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds every core spent busy since boot (all processes, this one included)."""
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
+def _nats_server() -> psutil.Process | None:
+    """The embedded nats-server this process started (None for an external server)."""
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.name().startswith("nats-server"):
+                return child
+    return None
 
 
 def _cpu_s(pid: int) -> float:
@@ -293,7 +317,7 @@ def main() -> None:
     print(
         f"{'setting':<22}{'publish':<20}{'raw pub/s':>10}{'raw fetch+ack/s':>16}"
         f"{'e2e events/s':>13}{'of ceiling':>11}{'lag p50':>10}{'lag p99':>10}"
-        f"{'projector CPU':>14}"
+        f"{'projector CPU':>14}{'nats CPU':>10}{'machine CPU':>13}"
     )
     measured: dict[tuple[str, str], float] = {}
     try:
@@ -320,7 +344,9 @@ def main() -> None:
                     print(
                         f"{label:<22}{how:<20}{raw}{e2e['e2e_per_s']:>13,.0f}"
                         f"{e2e['e2e_per_s'] / ceiling:>10.0%} {e2e['lag_p50_ms']:>7.0f} ms"
-                        f"{e2e['lag_p99_ms']:>7.0f} ms{e2e['projector_cpu_us']:>8.0f} us/ev",
+                        f"{e2e['lag_p99_ms']:>7.0f} ms{e2e['projector_cpu_us']:>8.0f} us/ev"
+                        f"{e2e.get('nats_cpu_us', float('nan')):>6.0f} us/ev"
+                        f"{e2e['machine_cpu_us']:>7.0f} us/ev",
                         flush=True,
                     )
                     label = ""
@@ -331,7 +357,9 @@ def main() -> None:
     print(
         "ceiling = min(raw publish, raw fetch+ack), or the offered rate (sent: the rate "
         "reached); lag = commit seen - publish sent; projector CPU = its user+system seconds "
-        "during the run / events"
+        "during the run / events; nats CPU = nats-server's; machine CPU = busy CPU seconds "
+        "of every core (publisher, nats-server, projector, Postgres) / events: the cores bound "
+        "the rate at cores / machine CPU"
     )
     for sync in (args.sync,) if args.sync else ("always", "default"):
         ratio = measured[sync, "atomic batches"] / measured[sync, "one at a time"]
