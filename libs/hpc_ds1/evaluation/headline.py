@@ -114,7 +114,7 @@ def versus(
     }
 
 
-def _row(name: str, value: Any, op: str, goal: Any) -> dict[str, Any]:
+def target_row(name: str, value: Any, op: str, goal: Any) -> dict[str, Any]:
     met = None
     if value is not None and goal is not None:
         met = {">=": value >= goal, "<=": value <= goal, ">": value > goal}[op]
@@ -135,14 +135,16 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     cal = results["calibration"]
     auto_share = round(cal["auto_moves"] / cal["decisions"], 4) if cal.get("decisions") else None
     rows = [
-        _row("model sessions: true median % of best", model.get("pct_median"), ">=", 97.0),
-        _row("model sessions: true 10th percentile % of best", model.get("pct_p10"), ">=", 92.0),
-        _row("model sessions: median real runs", model.get("runs_median"), "<=", 5),
+        target_row("model sessions: true median % of best", model.get("pct_median"), ">=", 97.0),
+        target_row(
+            "model sessions: true 10th percentile % of best", model.get("pct_p10"), ">=", 92.0
+        ),
+        target_row("model sessions: median real runs", model.get("runs_median"), "<=", 5),
     ]
     for other in ("random", "optuna_tpe"):
         against = truth.get("versus", {}).get(other)
         rows.append(
-            _row(
+            target_row(
                 f"model above {other} on median and p10, bootstrap interval excluding 0",
                 None if against is None else against["above_with_interval"],
                 ">=",
@@ -150,8 +152,8 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         )
     rows += [
-        _row("System 1: true median % of best with 0 runs", s1_model, ">=", 95.0),
-        _row(
+        target_row("System 1: true median % of best with 0 runs", s1_model, ">=", 95.0),
+        target_row(
             "System 1 above rule of thumb and nearest trained size (true median)",
             None
             if s1_model is None or None in baselines or not baselines
@@ -159,8 +161,8 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             ">=",
             True,
         ),
-        _row("held-out decisions that run automatically", auto_share, ">=", 0.30),
-        _row("automatic decisions not slower", cal.get("auto_not_slower"), ">=", 0.97),
-        _row("calibration error (ECE) on not slower", cal.get("ece_not_slower"), "<=", 0.05),
+        target_row("held-out decisions that run automatically", auto_share, ">=", 0.30),
+        target_row("automatic decisions not slower", cal.get("auto_not_slower"), ">=", 0.97),
+        target_row("calibration error (ECE) on not slower", cal.get("ece_not_slower"), "<=", 0.05),
     ]
     return rows

@@ -17,7 +17,7 @@ from hpc_ds1.space import Config
 
 from . import decisions as dc
 from . import policies as pol
-from .headline import system1_truth, truth_targets, versus
+from .headline import system1_truth, target_row, truth_targets, versus
 from .landscape import Cell, EvaluationError, build_cells, noise_summary, percentile
 from .system1 import system1
 from .truth import (
@@ -128,7 +128,7 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ),
     ]
     if "truth" in results:  # issue 13's targets, on the truth pass
-        return truth_targets(results) + [_target_row(*row) for row in guard]
+        return truth_targets(results) + [target_row(*row) for row in guard]
     out = [
         ("model sessions: median % of best", m.get("pct_median"), ">=", 98.0),
         ("model sessions: 10th percentile % of best", m.get("pct_p10"), ">=", 93.0),
@@ -149,14 +149,7 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         *guard,
         ("auto moves right", cal["auto_right"], ">=", 0.95),
     ]
-    return [_target_row(*row) for row in out]
-
-
-def _target_row(name: str, value: Any, op: str, goal: Any) -> dict[str, Any]:
-    met = None
-    if value is not None and goal is not None:
-        met = {">=": value >= goal, "<=": value <= goal, ">": value > goal}[op]
-    return {"target": name, "value": value, "goal": f"{op} {goal}", "met": met}
+    return [target_row(*row) for row in out]
 
 
 def evaluate(
