@@ -115,6 +115,12 @@ def main() -> int:
     print("\nSystem 1 (0 runs), true % of best:")
     for r in result["system1"]:
         print(f"  {r['approach']:16} median {r['true_pct_median']} p10 {r['true_pct_p10']}")
+    print(f"\nrecommend at each transfer weight (the model carries {result['transfer_weights']}):")
+    for r in result["system1_by_weight"]:
+        print(
+            f"  w={r['weight']:.1f}  median {r['true_pct_median']:6}  p10 {r['true_pct_p10']:6}  "
+            f"mean {r['true_pct_mean']:6}  ({r['sizes']} sizes)"
+        )
     return 0
 
 

@@ -214,11 +214,18 @@ def resolve(state: SessionState, rule: KeepRule = DEFAULT_RULE) -> Resolution:
 
 
 def choose_move(
-    state: SessionState, choice: str, alternatives: dict[str, float]
+    state: SessionState,
+    choice: str,
+    alternatives: dict[str, float],
+    explore_first: bool = False,
 ) -> tuple[str, float] | None:
     """The model's choice (STOP included) unless already proposed from the best configuration,
-    else the likeliest untried move; None when nothing untried is left."""
+    else the likeliest untried move; None when nothing untried is left. With `explore_first`,
+    a session never stops before it has tried a move: a STOP as the first decision gives way
+    to the likeliest move."""
     tried = state.tried_from_best()
+    if explore_first and choice == STOP and not state.tried:
+        tried = {*tried, STOP}
     if choice not in tried:
         return choice, alternatives.get(choice, 0.0)
     untried = sorted(

@@ -50,6 +50,10 @@ def test_compare_replays_every_variant_on_the_same_cells_and_leaves_the_final_se
         "nearest_trained",
         "interpolated",
     }
+    by_weight = first["system1_by_weight"]
+    assert [r["weight"] for r in by_weight] == [i / 10 for i in range(11)]
+    for r in by_weight:
+        assert r["sizes"] == 1 and 0 < r["true_pct_p10"] <= r["true_pct_median"] <= 100
 
 
 def test_a_replayed_session_races_a_tie_and_counts_every_rerun(model: Model) -> None:

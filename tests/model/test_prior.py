@@ -164,6 +164,23 @@ def test_recommend_blends_the_prior_with_the_chosen_weight(
             assert rec.config == pick(model.transfer, workload, size, allowed=configs)
 
 
+def test_a_reweighted_model_recommends_as_a_file_carrying_that_weight(
+    trained: TrainedModel, model: Model
+) -> None:
+    def set_weight(meta: dict[str, Any]) -> None:
+        meta["transfer"]["weight"] = {"inside": 1.0, "outside": 0.2}
+
+    carried = Model.from_onnx(edited(trained.to_onnx(), set_weight))
+    again = model.reweighted({"inside": 1.0, "outside": 0.2})
+    assert again.transfer_weights == carried.transfer_weights == {"inside": 1.0, "outside": 0.2}
+    assert model.transfer_weights == trained.metrics["transfer"]["weight"]  # left as it was
+    for workload, size in (("gemm", 80), ("stencil", 14), ("gemm", 200), ("gemm", 10)):
+        assert again.recommend(workload, size) == carried.recommend(workload, size)
+    for bad in ({"inside": 1.5}, {"middle": 0.5}):
+        with pytest.raises(ValueError, match="accepted are 'inside' and 'outside'"):
+            model.reweighted(bad)
+
+
 def test_an_older_model_file_without_prior_or_calibration_keeps_working(
     trained: TrainedModel, measurements: list
 ) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hpc_ds1.model import Measurement, Model, aggregate
-from hpc_ds1.model.transfer import Table, pick, relative_table
+from hpc_ds1.model.transfer import WEIGHTS, Table, pick, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
 
 from . import policies as pol
@@ -38,6 +38,8 @@ class Variant:
     rule: KeepRule
     transfer: bool  # start from the interpolated-transfer pick instead of every start
     recommend: bool = False  # start from the model's own recommend (what `tune` does now)
+    weight: float | None = None  # recommend with this transfer weight instead of the file's
+    explore_first: bool = False  # never stop before a move was tried (choose_move)
 
 
 def default_variants() -> list[Variant]:
@@ -46,6 +48,10 @@ def default_variants() -> list[Variant]:
         Variant("model from interpolated transfer, old keep rule", OLD_RULE, True),
         Variant("model from interpolated transfer, new keep rule", DEFAULT_RULE, True),
         Variant("model from its recommend, new keep rule", DEFAULT_RULE, False, True),
+        Variant("model from its recommend, explore first", DEFAULT_RULE, False, True, None, True),
+        Variant("model from recommend at w=1", DEFAULT_RULE, False, True, 1.0),
+        Variant("model from recommend at w=1, explore first", DEFAULT_RULE, False, True, 1.0, True),
+        Variant("model, explore first", DEFAULT_RULE, False, explore_first=True),
     ]
     return out
 
@@ -138,28 +144,42 @@ def _sessions(
     model: Model, cells: Sequence[Cell], variant: Variant, seed: int, transfer: Table
 ) -> list[pol.SessionOutcome]:
     out = []
+    recommender = model
+    if variant.weight is not None:
+        recommender = model.reweighted({"inside": variant.weight, "outside": variant.weight})
     for cell in cells:
         space = model.space_for(cell.workload)
         if variant.transfer:
             o = _transfer_session(
-                model, cell, space, model.thresholds, variant.rule, seed, transfer
+                model,
+                cell,
+                space,
+                model.thresholds,
+                variant.rule,
+                seed,
+                transfer,
+                explore_first=variant.explore_first,
             )
             out += [o] * len(cell.points) if o is not None else []  # one per start, as run.py
             continue
+        starts = sorted(cell.points, key=lambda c: c.label())
         if variant.recommend:
-            start = model.recommend(cell.workload, cell.size, space=space).config
-            if start in cell.points:  # a start that failed at this size is not replayable
-                o = pol.model_session(
-                    model, cell, start, space, model.thresholds, rule=variant.rule, seed=seed
-                )
-                out += [o] * len(cell.points)  # one per start, as the transfer row
-            continue
-        for start in sorted(cell.points, key=lambda c: c.label()):
-            out.append(
-                pol.model_session(
-                    model, cell, start, space, model.thresholds, rule=variant.rule, seed=seed
-                )
+            start = recommender.recommend(cell.workload, cell.size, space=space).config
+            # a start that failed at this size is not replayable
+            starts = [start] if start in cell.points else []
+        for start in starts:
+            o = pol.model_session(
+                model,
+                cell,
+                start,
+                space,
+                model.thresholds,
+                rule=variant.rule,
+                seed=seed,
+                explore_first=variant.explore_first,
             )
+            # one per start: a recommend session stands for every start, as the transfer row
+            out += [o] * (len(cell.points) if variant.recommend else 1)
     return out
 
 
@@ -187,23 +207,50 @@ def _system1(
             ),
         }
         for key, config in chosen.items():
-            # not re-measured by the truth pass: scored on the observed pass, marked below
-            if config in points:
-                picks[key].append(100.0 * best / points[config].runtime_s)
-            elif config in cell.points:
-                picks[key].append(100.0 * cell.best_runtime_s / cell.points[config].runtime_s)
-            else:
-                picks[key].append(0.0)
-    return [
-        {
-            "approach": key,
-            "true_pct_median": round(statistics.median(v), 2),
-            "true_pct_p10": round(percentile(v, 0.10), 2),
-            "sizes": len(v),
-        }
-        for key, v in picks.items()
-        if v
-    ]
+            picks[key].append(_pick_pct(cell, points, best, config))
+    return [{"approach": key, **_summary(v)} for key, v in picks.items() if v]
+
+
+def _pick_pct(cell: Cell, points: Mapping[Any, TruePoint], best: float, config: Any) -> float:
+    """A System 1 pick's % of the best on the truth pass; a pick the truth pass did not
+    re-measure is scored on the observed pass, a pick that failed there is 0."""
+    if config in points:
+        return 100.0 * best / points[config].runtime_s
+    if config in cell.points:
+        return 100.0 * cell.best_runtime_s / cell.points[config].runtime_s
+    return 0.0
+
+
+def _summary(values: Sequence[float]) -> dict[str, Any]:
+    return {
+        "true_pct_median": round(statistics.median(values), 2),
+        "true_pct_p10": round(percentile(values, 0.10), 2),
+        "true_pct_mean": round(statistics.fmean(values), 2),
+        "sizes": len(values),
+    }
+
+
+def system1_by_weight(
+    model: Model, cells: Sequence[Cell], truth: Mapping[Key, Mapping[Any, TruePoint]]
+) -> list[dict[str, Any]]:
+    """The model's `recommend` with every transfer weight of WEIGHTS (the same weight inside
+    and outside the trained range), scored on the truth pass: what a development step looks
+    at to judge the weight the model file carries."""
+    rows = []
+    for weight in WEIGHTS:
+        variant = model.reweighted({"inside": weight, "outside": weight})
+        got = []
+        for cell in cells:
+            points = truth.get((cell.workload, cell.size), {})
+            if not points:
+                continue
+            best = min(p.runtime_s for p in points.values())
+            space = model.space_for(cell.workload)
+            config = variant.recommend(cell.workload, cell.size, space=space).config
+            got.append(_pick_pct(cell, points, best, config))
+        if got:
+            rows.append({"weight": weight, **_summary(got)})
+    return rows
 
 
 def compare(
@@ -250,4 +297,6 @@ def compare(
         "table": by_seed,
         "difference_from_first": differences,
         "system1": _system1(model, cells, training, transfer, truth),
+        "system1_by_weight": system1_by_weight(model, cells, truth),
+        "transfer_weights": model.transfer_weights,
     }

@@ -111,6 +111,7 @@ def model_session(
     rule: KeepRule = DEFAULT_RULE,
     seed: int = 0,
     policy: str = "model",
+    explore_first: bool = False,
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session, with the
     coordinator's keep rule; a race's re-runs come from `rerun` (seeded)."""
@@ -136,7 +137,7 @@ def model_session(
             space=space,
             thresholds=thresholds,
         )
-        picked = choose_move(s, decision.choice, decision.alternatives)
+        picked = choose_move(s, decision.choice, decision.alternatives, explore_first)
         if picked is None:
             finish = "no_moves"
             break

@@ -339,6 +339,8 @@ def _transfer_session(
     rule: KeepRule,
     seed: int,
     transfer: Table | None,
+    *,
+    explore_first: bool = False,
 ) -> pol.SessionOutcome | None:
     """The model's session from the interpolated-transfer pick; a pick that fails at this size
     costs its run and the next pick is tried, as a real session would."""
@@ -361,6 +363,7 @@ def _transfer_session(
                 rule=rule,
                 seed=seed,
                 policy="model_transfer",
+                explore_first=explore_first,
             )
             return replace(out, runs=out.runs + tried - 1)
     return None

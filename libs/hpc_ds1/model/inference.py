@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -323,6 +324,25 @@ class Model:
                 self._transfer_rmse.get(kind),
             )
         return found
+
+    @property
+    def transfer_weights(self) -> dict[str, float]:
+        """The transfer prior's weight inside and outside the trained sizes' range."""
+        return dict(self._transfer_weight)
+
+    def reweighted(self, weights: dict[str, float]) -> Model:
+        """The same model with other transfer weights (`{"inside": w, "outside": w}`, each in
+        [0, 1]): for development comparisons of the weight, sharing the ONNX session."""
+        for kind, weight in weights.items():
+            if kind not in ("inside", "outside") or not 0.0 <= weight <= 1.0:
+                raise ValueError(
+                    f"transfer weight {kind}={weight}: accepted are 'inside' and 'outside', "
+                    "each between 0 and 1"
+                )
+        other = copy.copy(self)
+        other._transfer_weight = {**self._transfer_weight, **weights}
+        other._priors, other._aligned = {}, {}
+        return other
 
     def _aligned_prior(
         self, workload: str, size: int, space: ConfigSpace

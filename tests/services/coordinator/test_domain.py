@@ -133,6 +133,20 @@ def test_misses_count_in_a_row_and_a_kept_move_resets_them() -> None:
     )
     assert choose_move(state, "STOP", {"STOP": 0.9}) == ("STOP", 0.9)
     assert choose_move(state, "THREADS_UP", {"THREADS_UP": 1.0}) is None
+    # explore_first changes only a session's first decision: a move was tried here already
+    assert choose_move(state, "STOP", {"STOP": 0.9, "TILE_UP": 0.1}, explore_first=True) == (
+        "STOP",
+        0.9,
+    )
+
+
+def test_explore_first_turns_a_first_stop_into_the_likeliest_move() -> None:
+    fresh = replay(started())
+    odds = {"STOP": 0.8, "TILE_UP": 0.05, "THREADS_UP": 0.15}
+    assert choose_move(fresh, "STOP", odds) == ("STOP", 0.8)
+    assert choose_move(fresh, "STOP", odds, explore_first=True) == ("THREADS_UP", 0.15)
+    assert choose_move(fresh, "TILE_UP", odds, explore_first=True) == ("TILE_UP", 0.05)
+    assert choose_move(fresh, "STOP", {"STOP": 1.0}, explore_first=True) is None  # no move left
 
 
 def test_a_paused_session_waits_and_resumes_with_the_approved_move() -> None:
