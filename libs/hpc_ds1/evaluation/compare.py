@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hpc_ds1.model import Measurement, Model, aggregate
 from hpc_ds1.model.transfer import WEIGHTS, Table, pick, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
+from hpc_ds1.space import ConfigSpace
 
 from . import policies as pol
 from .landscape import Cell, build_cells, nearest_size, percentile
@@ -192,12 +193,7 @@ def _system1(
 ) -> list[dict[str, Any]]:
     trained_best = _trained_best(training)
     picks: dict[str, list[float]] = {"model": [], "nearest_trained": [], "interpolated": []}
-    for cell in cells:
-        points = truth.get((cell.workload, cell.size), {})
-        if not points:
-            continue
-        best = min(p.runtime_s for p in points.values())
-        space = model.space_for(cell.workload)
+    for cell, points, best, space in _truth_cells(model, cells, truth):
         trained = sorted(s for w, s in trained_best if w == cell.workload)
         chosen = {
             "model": model.recommend(cell.workload, cell.size, space=space).config,
@@ -209,6 +205,17 @@ def _system1(
         for key, config in chosen.items():
             picks[key].append(_pick_pct(cell, points, best, config))
     return [{"approach": key, **_summary(v)} for key, v in picks.items() if v]
+
+
+def _truth_cells(
+    model: Model, cells: Sequence[Cell], truth: Mapping[Key, Mapping[Any, TruePoint]]
+) -> Iterator[tuple[Cell, Mapping[Any, TruePoint], float, ConfigSpace]]:
+    """Each cell the truth pass measured: its true points, their best runtime, its space."""
+    for cell in cells:
+        points = truth.get((cell.workload, cell.size), {})
+        if points:
+            best = min(p.runtime_s for p in points.values())
+            yield cell, points, best, model.space_for(cell.workload)
 
 
 def _pick_pct(cell: Cell, points: Mapping[Any, TruePoint], best: float, config: Any) -> float:
@@ -240,12 +247,7 @@ def system1_by_weight(
     for weight in WEIGHTS:
         variant = model.reweighted({"inside": weight, "outside": weight})
         got = []
-        for cell in cells:
-            points = truth.get((cell.workload, cell.size), {})
-            if not points:
-                continue
-            best = min(p.runtime_s for p in points.values())
-            space = model.space_for(cell.workload)
+        for cell, points, best, space in _truth_cells(model, cells, truth):
             config = variant.recommend(cell.workload, cell.size, space=space).config
             got.append(_pick_pct(cell, points, best, config))
         if got:
