@@ -157,7 +157,10 @@ async def main(
 ) -> None:
     home = kept or Path(tempfile.mkdtemp(prefix="hpcds1-bench-decide-"))
     settings = Settings(home=home, port=free_port(), log_level="warning")
-    if kept is not None and (home / PREPARED).exists():
+    # A home with a model of its own (a real setup) is used as it is: preparing it would add
+    # the tiny measurements to it and train its next model on them.
+    has_model = any(settings.models_dir.glob("*.onnx"))
+    if kept is not None and ((home / PREPARED).exists() or has_model):
         print(f"reusing the prepared home {home}", flush=True)
     else:
         print(f"preparing: tiny real setup + training in {home} ...", flush=True)
