@@ -103,7 +103,11 @@ async def request_decision(
 def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
     router = APIRouter(tags=["decisions"])
 
-    @router.post("/v1/decide", responses={**WRITE_ERRORS, **E404, **E409, **E503})
+    @router.post(
+        "/v1/decide",
+        response_model=Decision,
+        responses={**WRITE_ERRORS, **E404, **E409, **E503},
+    )
     async def decide(
         body: DecideBody,
         who: Annotated[Principal, Depends(authenticated)],
@@ -111,7 +115,7 @@ def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
         idempotency_key: Annotated[
             str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
         ] = None,
-    ) -> Decision:
+    ) -> Response:
         """The model's next move for a job: choice, confidence, mode (auto / confirm /
         escalate) and the reasons it is not auto. With `telemetry` the answer is one forward
         pass and nothing runs (viewer role); without it the job is first run for real on the
@@ -131,6 +135,13 @@ def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
             source="api",
         )
         answer = await request_decision(bus, settings, request, who.name, key_id, response)
-        return Decision.model_validate(answer)
+        # The decision service wrote this from its own typed event: it is sent as it is, not
+        # validated into `Decision` and serialized again (docs/performance.md).
+        replayed = response.headers.get("Idempotent-Replayed")
+        return Response(
+            orjson.dumps(answer),
+            media_type="application/json",
+            headers={"Idempotent-Replayed": replayed} if replayed else None,
+        )
 
     return router
