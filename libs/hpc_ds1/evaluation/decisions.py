@@ -139,17 +139,23 @@ def reliability(
     return rows
 
 
+def _ece(table: Sequence[dict[str, Any]]) -> float | None:
+    """Expected calibration error of a reliability table: |confidence - accuracy| per bin,
+    weighted by the bin's share of the decisions."""
+    n = sum(r["decisions"] for r in table)
+    if not n:
+        return None
+    gap = sum(r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in table)
+    return round(gap, 4)
+
+
 def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> dict[str, Any]:
     auto = [c for c in checks if c.mode == "auto"]
+    moves = [c for c in checks if c.choice != STOP]
     table = reliability(checks)
-    n = len(checks)
-    ece = sum(r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in table)
     lenient = reliability(checks, not_slower=True)
-    ece_not_slower = sum(
-        r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in lenient
-    )
     strict = reliability(checks, good=True)
-    ece_good = sum(r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in strict)
+    n = len(checks)
     return {
         "decisions": n,
         "accuracy": _share(sum(c.right for c in checks), n),
@@ -157,13 +163,20 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "auto_moves": len(auto),
         "auto_right": _share(sum(c.right for c in auto), len(auto)),
         "auto_not_slower": _share(sum(not c.slower for c in auto), len(auto)),
-        "ece": round(ece, 4) if n else None,
+        "ece": _ece(table),
         "not_slower": _share(sum(not c.slower for c in checks), n),
-        "ece_not_slower": round(ece_not_slower, 4) if n else None,
+        "ece_not_slower": _ece(lenient),
+        # STOP is never slower by this definition, so its confidence (P(no neighbour more
+        # than 2 % faster)) counts against 1.0 there; the moves alone say how well the
+        # confidence of a move means "not slower".
+        "moves": len(moves),
+        "moves_not_slower": _share(sum(not c.slower for c in moves), len(moves)),
+        "ece_not_slower_moves": _ece(reliability(moves, not_slower=True)),
+        "ece_good_moves": _ece(reliability(moves, good=True)),
         "reliability": table,
         "reliability_not_slower": lenient,
         "good": _share(sum(c.good for c in checks), n),
-        "ece_good": round(ece_good, 4) if n else None,
+        "ece_good": _ece(strict),
         "auto_good": _share(sum(c.good for c in auto), len(auto)),
         "reliability_good": strict,
         "good_means": "a move at most 2 % slower; STOP with no neighbour more than 2 % faster "

@@ -102,7 +102,10 @@ def render(results: dict[str, Any]) -> str:
         f"\nCalibration: {c['auto_moves']} of {c['decisions']} held-out decisions would run "
         f"automatically; right {_pct(c['auto_right'])}, not slower {_pct(c['auto_not_slower'])}; "
         f"all decisions right {_pct(c['accuracy'])}; ECE {c['ece']}; all decisions not slower "
-        f"{_pct(c.get('not_slower'))}, ECE on not slower {c.get('ece_not_slower')}"
+        f"{_pct(c.get('not_slower'))}, ECE on not slower {c.get('ece_not_slower')}; the "
+        f"{c.get('moves')} moves alone (STOP is never slower): not slower "
+        f"{_pct(c.get('moves_not_slower'))}, ECE on not slower {c.get('ece_not_slower_moves')}, "
+        f"on good {c.get('ece_good_moves')}"
     )
     parts.append(
         table(
