@@ -23,7 +23,7 @@ from fastapi import FastAPI, Response
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_metrics_middleware import BODY, per_request
+from bench_metrics_middleware import BODY, decide_scope, per_request
 
 from hpc_ds1.services.gateway.schemas import Decision
 
@@ -91,21 +91,7 @@ async def body_of(app: Any) -> Any:
         if message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/decide",
-        "raw_path": b"/v1/decide",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8765),
-    }
-    await app(scope, receive, send)
+    await app(decide_scope(), receive, send)
     return orjson.loads(b"".join(chunks))
 
 
