@@ -65,7 +65,7 @@ def validated_app() -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/decide")
-    async def decide() -> Decision:
+    async def decide(response: Response) -> Decision:
         return Decision.model_validate(ANSWER)
 
     return app
@@ -75,8 +75,10 @@ def forwarded_app() -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/decide", response_model=Decision)
-    async def decide() -> Response:
-        return Response(orjson.dumps(ANSWER), media_type="application/json")
+    async def decide(response: Response) -> Response:
+        reply = Response(orjson.dumps(ANSWER), media_type="application/json")
+        reply.raw_headers.extend(response.raw_headers)
+        return reply
 
     return app
 

@@ -136,12 +136,10 @@ def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
         )
         answer = await request_decision(bus, settings, request, who.name, key_id, response)
         # The decision service wrote this from its own typed event: it is sent as it is, not
-        # validated into `Decision` and serialized again (docs/performance.md).
-        replayed = response.headers.get("Idempotent-Replayed")
-        return Response(
-            orjson.dumps(answer),
-            media_type="application/json",
-            headers={"Idempotent-Replayed": replayed} if replayed else None,
-        )
+        # validated into `Decision` and serialized again (docs/performance.md). FastAPI does not
+        # merge the injected `response`'s headers into a returned Response, so they are copied.
+        reply = Response(orjson.dumps(answer), media_type="application/json")
+        reply.raw_headers.extend(response.raw_headers)
+        return reply
 
     return router
