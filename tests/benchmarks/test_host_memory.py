@@ -18,3 +18,20 @@ def test_every_launch_times_each_step() -> None:
 def test_rank_correlation_of_an_order_and_its_reverse() -> None:
     assert math.isclose(rank_correlation([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]), 1.0)
     assert math.isclose(rank_correlation([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]), -1.0)
+
+
+def _transparent_hugepage_mode() -> str | None:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
+
+
+def test_without_numpys_advice_no_gemm_matrix_gets_huge_pages() -> None:
+    # 8 MiB matrices: past numpy's 4 MiB threshold for the advice, so only the setting keeps
+    # them on 4 KiB pages (unless the kernel gives huge pages to every mapping: `always`)
+    rows = measure(processes=1, mb=8, size=1024, hugepage=False)
+    assert rows[0].gemm_huge_mb >= 0
+    if _transparent_hugepage_mode() in ("madvise", "never"):
+        assert rows[0].gemm_huge_mb == 0
