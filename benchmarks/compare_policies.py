@@ -92,7 +92,7 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     result = compare(model, observed, truth, final=final, seeds=seeds)
     if args.json:
-        print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         return 0
     print(f"model {result['model_version']} · seeds {result['seeds']} · home {settings.home}")
     print(f"development cells: {', '.join(result['cells'])}")

@@ -22,6 +22,7 @@ from hpc_ds1.model import (
 )
 from hpc_ds1.model.estimators import regressor_candidates
 from hpc_ds1.model.onnx_graph import build
+from hpc_ds1.model.transfer import blended_deltas
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
 from tests.measured import HELD_OUT, TINY
 
@@ -110,6 +111,12 @@ def test_decision_follows_scikit_learn(
         )
         runtime = trained.sklearn_outputs(X)[1]
         delta = runtime[1:] - runtime[0]
+        prior = model.decide_prior(state.workload, state.size)
+        if prior is not None:
+            # the transfer prior, blended into the differences as the file says decide does
+            rel, weight = prior
+            targets = list(moves.values())
+            delta = np.asarray(blended_deltas(delta, rel, state.config, targets, weight))
         expected = model.blend.for_state(classifier, delta)
         # float32 error of each ONNX output: the larger of its measured gap to scikit-learn
         # on these rows and a few ulps of its value, renormalised for the classifier

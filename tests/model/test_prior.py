@@ -18,9 +18,11 @@ from hpc_ds1.model import Model, State, TrainedModel, aggregate
 from hpc_ds1.model.calibration import Calibration, ece, fit, fit_and_score
 from hpc_ds1.model.labels import Outcome
 from hpc_ds1.model.onnx_graph import METADATA_KEY
+from hpc_ds1.model.training import DECIDE_SHARES
 from hpc_ds1.model.transfer import (
     LN10,
     blend_logs,
+    blended_deltas,
     choose_weights,
     from_metadata,
     pick,
@@ -28,7 +30,7 @@ from hpc_ds1.model.transfer import (
     relative_table,
     to_metadata,
 )
-from hpc_ds1.space import Config
+from hpc_ds1.space import STOP, Config, neighbours
 
 A = Config(ranks=1, threads=2, tile=32)
 B = Config(ranks=2, threads=1, tile=32)
@@ -201,6 +203,72 @@ def test_an_older_model_file_without_prior_or_calibration_keeps_working(
     for state in states(measurements)[::11]:
         d = old.decide(state)
         assert d.confidence == pytest.approx(max(d.alternatives.values()))
+
+
+# --- the prior in decide -----------------------------------------------------------------------
+
+
+def test_blended_deltas_are_the_differences_of_blend_logs() -> None:
+    here, a, b, unknown = (Config(ranks=r, threads=1, tile=32) for r in (1, 2, 4, 8))
+    logs = {here: 0.30, a: 0.10, b: 0.50, unknown: 0.20}
+    prior = {here: 0.05, a: 0.25, b: -0.30}
+    model = [logs[a] - logs[here], logs[b] - logs[here], logs[unknown] - logs[here]]
+    for weight in (0.0, 0.4, 1.0):
+        got = blended_deltas(model, prior, here, [a, b, unknown], weight)
+        mixed = blend_logs(logs, prior, weight)
+        assert got[0] == pytest.approx(mixed[a] - mixed[here], abs=1e-12)
+        assert got[1] == pytest.approx(mixed[b] - mixed[here], abs=1e-12)
+        assert got[2] == model[2]  # the prior does not know it: the model's difference
+    assert blended_deltas(model, prior, here, [a, b, unknown], 1.0)[:2] == pytest.approx(
+        [0.20, -0.35]
+    )
+    # a state the prior does not know: the model's differences, whatever the weight
+    assert blended_deltas(model, prior, unknown, [a, b, here], 1.0) == model
+
+
+def test_decide_ranks_neighbours_with_the_prior_the_file_says_it_uses(
+    trained: TrainedModel, model: Model, measurements: list
+) -> None:
+    """The model file says how much of the transfer prior decide blends in (a share chosen in
+    training); at share 0.5 a decision's runtime differences are the runtime model's with
+    the prior blended at half its weight, at share 0 (older files) the model's alone."""
+
+    def share(value: float | None) -> Callable[[dict[str, Any]], None]:
+        def edit(meta: dict[str, Any]) -> None:
+            # a weight the prior surely has, whatever leave-one-size-out chose on the tiny set
+            meta["transfer"]["weight"] = {"inside": 1.0, "outside": 1.0}
+            if value is None:
+                del meta["transfer"]["decide_share"]
+            else:
+                meta["transfer"]["decide_share"] = value
+
+        return edit
+
+    assert trained.metadata["transfer"]["decide_share"] in DECIDE_SHARES
+    assert trained.metrics["move_model"]["blend"]["transfer_in_decide"]["share"] == (
+        model.decide_share
+    )
+    half = Model.from_onnx(edited(trained.to_onnx(), share(0.5)))
+    plain = Model.from_onnx(edited(trained.to_onnx(), share(None)))
+    assert plain.decide_share == 0.0 and plain.decide_prior("gemm", 80) is None
+    differed = 0
+    for state in states(measurements)[::5]:
+        with_prior, alone = half.decide(state), plain.decide(state)
+        space = half.space_for(state.workload)
+        moves = neighbours(state.config, space)
+        prior = half.transfer_prior(state.workload, state.size)
+        here = math.log10(alone.predicted_runtimes_s[STOP])
+        model_deltas = [math.log10(alone.predicted_runtimes_s[m]) - here for m in moves]
+        expected = model_deltas
+        if prior is not None:
+            rel, weight, _ = prior
+            targets = list(moves.values())
+            expected = blended_deltas(model_deltas, rel, state.config, targets, 0.5 * weight)
+        got = [math.log10(with_prior.predicted_runtimes_s[m]) - here for m in moves]
+        assert got == pytest.approx(expected, abs=1e-9)
+        assert with_prior.predicted_runtimes_s[STOP] == alone.predicted_runtimes_s[STOP]
+        differed += with_prior.alternatives != alone.alternatives
+    assert differed  # the prior changes how some states rank their moves
 
 
 # --- calibration ------------------------------------------------------------------------------

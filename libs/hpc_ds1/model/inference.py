@@ -26,7 +26,7 @@ from hpc_ds1.model.onnx_graph import (
     RUNTIME,
 )
 from hpc_ds1.model.schema import Decision, Recommendation, State, Thresholds
-from hpc_ds1.model.transfer import LN10, Table, from_metadata, kind_of
+from hpc_ds1.model.transfer import LN10, Table, blended_deltas, from_metadata, kind_of
 from hpc_ds1.model.transfer import predict as transfer_predict
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
 
@@ -90,6 +90,7 @@ class Model:
         self._transfer_weight: dict[str, float] = dict(transfer.get("weight") or {})
         self._transfer_rmse: dict[str, float | None] = dict(transfer.get("rmse_log10") or {})
         self._priors: dict[tuple[str, int], tuple[dict[Config, float], float, float | None]] = {}
+        self.decide_share = float(transfer.get("decide_share") or 0.0)
         self.calibration = Calibration.from_dict(self.metadata.get("calibration"))
         self._aligned: dict[tuple[str, int, ConfigSpace], Any] = {}
         self._class_index = np.asarray(
@@ -252,13 +253,15 @@ class Model:
         p = np.asarray([full[ALL_ACTIONS.index(n)] for n in names], dtype=np.float64)
         total = float(p.sum())
         p = p / total if total > 0 else np.full(len(names), 1.0 / len(names))
-        p = self.blend.for_state(p, runtime[1:, 0].astype(np.float64) - float(runtime[0, 0]))
+        here = float(runtime[0, 0])
+        deltas = self._move_deltas(state, moves, runtime[1:, 0].astype(np.float64) - here)
+        p = self.blend.for_state(p, deltas)
         best = int(np.argmax(p))
         choice = names[best]
         confidence = self.calibration.confidence(float(p[best]), choice == STOP)
         mode, why = (thresholds or self.thresholds).mode(confidence, reasons)
-        runtimes = {m: float(10.0 ** runtime[i + 1, 0]) for i, m in enumerate(moves)}
-        runtimes[STOP] = float(10.0 ** runtime[0, 0])
+        runtimes = {m: float(10.0 ** (here + deltas[i])) for i, m in enumerate(moves)}
+        runtimes[STOP] = float(10.0**here)
         decision = Decision(
             choice=choice,
             confidence=min(max(confidence, 0.0), 1.0),
@@ -272,6 +275,27 @@ class Model:
             distance_threshold=self.distance_threshold,
         )
         return decision if self._log is None else self._logged(state, decision, fingerprint)
+
+    def _move_deltas(
+        self, state: State, moves: dict[str, Config], model_deltas: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        """Predicted log10(runtime after / now) per move: the runtime model's, with the
+        transfer prior blended in at the share of its weight the model file gives decide."""
+        prior = self.decide_prior(state.workload, state.size)
+        if prior is None:
+            return model_deltas
+        rel, weight = prior
+        targets = list(moves.values())
+        return np.asarray(blended_deltas(model_deltas, rel, state.config, targets, weight))
+
+    def decide_prior(self, workload: str, size: int) -> tuple[dict[Config, float], float] | None:
+        """The transfer prior decide blends in at `size` (log10 relative runtimes) and its
+        weight there (the prior's weight times the file's decide share); None: the runtime
+        model alone."""
+        prior = self.transfer_prior(workload, size) if self.decide_share > 0 else None
+        if prior is None:
+            return None
+        return prior[0], prior[1] * self.decide_share
 
     def _logged(self, state: State, decision: Decision, fingerprint: Any) -> Decision:
         """`decision`, appended to the home's log (with its id) when a server runs there."""

@@ -23,7 +23,14 @@ from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_o
 from hpc_ds1.model.labels import measured_space as _measured_space
 from hpc_ds1.model.onnx_graph import build
 from hpc_ds1.model.schema import Measurement
-from hpc_ds1.model.transfer import choose_weights, relative_table, to_metadata
+from hpc_ds1.model.transfer import (
+    Table,
+    blended_deltas,
+    choose_weights,
+    loso_prior,
+    relative_table,
+    to_metadata,
+)
 from hpc_ds1.space import ALL_ACTIONS, STOP, apply_move, neighbours
 
 FORMAT = 1
@@ -225,6 +232,68 @@ def _oof_deltas(
             for j, name in enumerate(names):
                 out[state, ALL_ACTIONS.index(name)] = predicted[at + 1 + j] - predicted[at]
             at += 1 + len(names)
+    return out
+
+
+DECIDE_SHARES = (0.0, 0.5, 1.0)
+
+
+def _choose_decide_share(
+    rows: _Rows,
+    keys: Sequence[StateKey],
+    oof: Array,
+    deltas: Array,
+    mask: Array,
+    y: Array,
+    table: Table,
+    transfer_choice: Mapping[str, Any],
+) -> tuple[float, Blend, dict[str, Any], Array]:
+    """How much of the transfer prior `decide` blends into its neighbours' runtime differences
+    (a share of the weight `recommend` uses), chosen with the blend by the same out-of-fold
+    sessions on the training sizes: the highest mean % of best, ties to the smaller share."""
+    best: tuple[float, float, Blend, dict[str, Any], Array] | None = None
+    tried = []
+    for share in DECIDE_SHARES:
+        weights = {k: share * float(v) for k, v in transfer_choice["weight"].items()}
+        d = _with_transfer(deltas, keys, rows, table, weights) if share > 0 else deltas
+        blend, info = choose_blend(oof, d, mask, y, _session_scorer(rows, keys, oof, d, mask))
+        score = float(info["sessions_pct_of_best"])
+        tried.append({"share": share, "sessions_pct_of_best": round(score, 3), **blend.as_dict()})
+        if best is None or round(score, 6) > round(best[0], 6):
+            best = (score, share, blend, info, d)
+    assert best is not None
+    _, share, blend, info, d = best
+    info["transfer_in_decide"] = {
+        "share": share,
+        "tried": tried,
+        "chosen_by": "mean % of best of leave-one-size-out sessions on the training sizes, "
+        "ties to the smaller share",
+    }
+    return share, blend, info, d
+
+
+def _with_transfer(
+    deltas: Array,
+    keys: Sequence[StateKey],
+    rows: _Rows,
+    table: Table,
+    weights: Mapping[str, float],
+) -> Array:
+    """The out-of-fold deltas with the transfer prior blended in as `decide` blends the model
+    file's (transfer.blended_deltas): at each state, the prior of the workload's other sizes,
+    at the weight leave-one-size-out chose for its kind. The blend, its calibration and the
+    sessions that choose them then see the decisions the model will make."""
+    out = deltas.copy()
+    for i, (workload, size, config) in enumerate(keys):
+        found = loso_prior(table, workload, size)
+        if found is None:
+            continue
+        prior, kind = found
+        moves = neighbours(config, rows.space(workload))
+        cols = [ALL_ACTIONS.index(n) for n in moves]
+        out[i, cols] = blended_deltas(
+            out[i, cols], prior, config, list(moves.values()), float(weights.get(kind, 0.0))
+        )
     return out
 
 
@@ -468,12 +537,8 @@ def train(
             {k: float(v) for k, v in zip(rkeys, oof_runtime, strict=True) if np.isfinite(v)},
             {k: o.runtime_s for k, o in outcomes.items() if o.ok and o.runtime_s},
         )
-        blend, move_metrics["blend"] = choose_blend(
-            oof,
-            deltas,
-            mask[tele],
-            y[tele],
-            _session_scorer(rows, tele_keys, oof, deltas, mask[tele]),
+        decide_share, blend, move_metrics["blend"], deltas = _choose_decide_share(
+            rows, tele_keys, oof, deltas, mask[tele], y[tele], transfer_table, transfer_choice
         )
         decided = blend.proba(oof, deltas, mask[tele])
         d_conf, d_correct = decided.max(axis=1), (decided.argmax(axis=1) == y[tele])
@@ -492,6 +557,7 @@ def train(
         move_metrics = {"chosen": move_name, "why": note, "candidates": {}}
         runtime_metrics = {"chosen": rt_name, "why": note, "candidates": {}, "rmse_log10": None}
         blend = Blend()
+        decide_share = 0.0
         transfer_choice = choose_weights(transfer_table, {}, {})
         calibration = Calibration({})
 
@@ -566,6 +632,9 @@ def train(
             "table": to_metadata(transfer_table),
             "weight": transfer_choice["weight"],
             "rmse_log10": transfer_choice["rmse_log10"],
+            # the share of that weight decide blends into its neighbours' runtime
+            # differences (older files: none, and their calibration was fitted without it)
+            "decide_share": decide_share,
         },
         "calibration": calibration.as_dict(),
         "estimators": {"move": move_name, "runtime": rt_name},

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from hpc_ds1.space import Config
@@ -157,6 +157,38 @@ def blend_logs(
     for c in shared:
         out[c] = level + weight * (prior[c] - centre) + (1.0 - weight) * (logs[c] - level)
     return out
+
+
+def blended_deltas(
+    model_deltas: Iterable[float],
+    prior: Mapping[Config, float],
+    here: Config,
+    targets: Sequence[Config],
+    weight: float,
+) -> list[float]:
+    """A decision's predicted log10(runtime after the move / runtime now), one per target:
+    w * the prior's difference + (1 - w) * the model's, where the prior (log10 relative
+    runtimes) knows both configurations, else the model's alone. The differences of
+    `blend_logs` (its level cancels), so `decide` ranks neighbours as `recommend` ranks the
+    whole space."""
+    if weight <= 0.0 or here not in prior:
+        return [float(d) for d in model_deltas]
+    base = prior[here]
+    return [
+        weight * (prior[t] - base) + (1.0 - weight) * float(d) if t in prior else float(d)
+        for d, t in zip(model_deltas, targets, strict=True)
+    ]
+
+
+def loso_prior(table: Table, workload: str, size: int) -> tuple[dict[Config, float], Kind] | None:
+    """The prior a size of the training set gets from the workload's other sizes (log10
+    relative runtimes), and whether it lies inside their range: what `decide` would use at that
+    size had it not been trained on; None when the workload has no other size."""
+    others = {s: rel for s, rel in table.get(workload, {}).items() if s != size}
+    if not others:
+        return None
+    rel = predict({workload: others}, workload, size)
+    return {c: v / LN10 for c, v in rel.items()}, kind_of(size, others)
 
 
 def _argmin(values: Mapping[Config, float]) -> Config:
