@@ -12,7 +12,8 @@ asks for huge pages on large arrays (madvise) and gets them only where the kerne
 2 MiB blocks at that moment, which can differ from launch to launch. `--no-hugepage` sets
 NUMPY_MADVISE_HUGEPAGE=0 in the processes (4 KiB pages only) for a before/after.
 
-    .venv/bin/python benchmarks/host_memory.py [--processes N] [--mb MB] [--size SIZE] [--no-hugepage]
+    .venv/bin/python benchmarks/host_memory.py [--processes N] [--mb MB] [--size SIZE]
+        [--no-hugepage]
 """
 
 from __future__ import annotations
@@ -115,7 +116,9 @@ def main() -> None:
         return
     rows = measure(args.processes, args.mb, args.size, hugepage=not args.no_hugepage)
     pages = "4 KiB pages only" if args.no_hugepage else "numpy's huge-page advice on"
-    print(f"{args.processes} processes, {args.mb} MiB first touched each, gemm {args.size}, {pages}")
+    print(
+        f"{args.processes} processes, {args.mb} MiB first touched each, gemm {args.size}, {pages}"
+    )
     for r in rows:
         print(
             f"  first touch {1e3 * r.first_touch_s:7.1f} ms  gather {1e3 * r.gather_s:6.1f} ms"
@@ -128,7 +131,8 @@ def main() -> None:
     huge = [r.gemm_huge_mb for r in rows]
     if len(set(huge)) > 1:
         gemm = [r.gemm_s for r in rows]
-        print(f"  rank correlation, gemm's huge pages with gemm: {rank_correlation(huge, gemm):+.2f}")
+        rho = rank_correlation(huge, gemm)
+        print(f"  rank correlation, gemm's huge pages with gemm: {rho:+.2f}")
 
 
 if __name__ == "__main__":
