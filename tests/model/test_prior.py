@@ -267,8 +267,8 @@ def test_decide_ranks_neighbours_with_the_prior_the_file_says_it_uses(
         got = [math.log10(with_prior.predicted_runtimes_s[m]) - here for m in moves]
         assert got == pytest.approx(expected, abs=1e-9)
         assert with_prior.predicted_runtimes_s[STOP] == alone.predicted_runtimes_s[STOP]
-        differed += with_prior.alternatives != alone.alternatives
-    assert differed  # the prior changes how some states rank their moves
+        differed += with_prior.predicted_runtimes_s != alone.predicted_runtimes_s
+    assert differed  # the prior moves some neighbours' predicted runtimes
 
 
 # --- calibration ------------------------------------------------------------------------------
