@@ -255,6 +255,8 @@ def _choose_decide_share(
     tried = []
     for share in DECIDE_SHARES:
         weights = {k: share * float(v) for k, v in transfer_choice["weight"].items()}
+        if share > 0 and not any(weights.values()):
+            break  # no prior to blend: every share decides as share 0 does
         d = _with_transfer(deltas, keys, rows, table, weights) if share > 0 else deltas
         blend, info = choose_blend(oof, d, mask, y, _session_scorer(rows, keys, oof, d, mask))
         score = float(info["sessions_pct_of_best"])
@@ -284,8 +286,11 @@ def _with_transfer(
     at the weight leave-one-size-out chose for its kind. The blend, its calibration and the
     sessions that choose them then see the decisions the model will make."""
     out = deltas.copy()
+    priors: dict[tuple[str, int], Any] = {}
     for i, (workload, size, config) in enumerate(keys):
-        found = loso_prior(table, workload, size)
+        if (workload, size) not in priors:
+            priors[workload, size] = loso_prior(table, workload, size)
+        found = priors[workload, size]
         if found is None:
             continue
         prior, kind = found
