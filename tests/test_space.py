@@ -43,6 +43,7 @@ def test_moves_and_stop() -> None:
     assert set(MOVES) == {
         "RANKS_UP", "RANKS_DOWN", "THREADS_UP", "THREADS_DOWN",
         "TILE_UP", "TILE_DOWN", "USE_GPU", "USE_CPU",
+        "RANKS_UP_THREADS_DOWN", "RANKS_DOWN_THREADS_UP",
     }  # fmt: skip
 
 
@@ -56,10 +57,31 @@ def test_neighbours_one_change_each_and_only_feasible() -> None:
         "THREADS_UP": Config(ranks=2, threads=2, tile=64),
         "TILE_UP": Config(ranks=2, threads=1, tile=128),
         "TILE_DOWN": Config(ranks=2, threads=1, tile=32),
+        "RANKS_DOWN_THREADS_UP": Config(ranks=1, threads=2, tile=64),
     }
     # ranks=4 x threads=2 would oversubscribe beyond 2x the cores: not a neighbour
     assert "THREADS_UP" not in neighbours(Config(ranks=4, threads=1, tile=64), s)
     assert "TILE_UP" not in neighbours(Config(ranks=1, threads=1, tile=256), s)
+
+
+def test_a_trade_keeps_ranks_times_threads() -> None:
+    s = space()
+    pairs = {}
+    for c in s.configs():
+        for move in ("RANKS_UP_THREADS_DOWN", "RANKS_DOWN_THREADS_UP"):
+            nxt = apply_move(c, move, s)
+            if nxt is not None:
+                assert nxt.ranks * nxt.threads == c.ranks * c.threads and nxt.tile == c.tile
+                pairs[(c.ranks, c.threads), move] = (nxt.ranks, nxt.threads)
+    assert pairs == {
+        ((1, 2), "RANKS_UP_THREADS_DOWN"): (2, 1),
+        ((2, 1), "RANKS_DOWN_THREADS_UP"): (1, 2),
+        ((2, 2), "RANKS_UP_THREADS_DOWN"): (4, 1),
+        ((4, 1), "RANKS_DOWN_THREADS_UP"): (2, 2),
+    }
+    # one worker cannot be split; a configuration outside the space has no trade
+    assert "RANKS_UP_THREADS_DOWN" not in neighbours(Config(ranks=1, threads=1, tile=64), s)
+    assert apply_move(Config(ranks=8, threads=1, tile=64), "RANKS_DOWN_THREADS_UP", s) is None
 
 
 def test_gpu_moves_only_where_there_is_a_gpu() -> None:

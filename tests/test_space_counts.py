@@ -36,6 +36,26 @@ def test_moves_step_along_the_sorted_counts() -> None:
     assert apply_move(c, "THREADS_DOWN", space) == Config(ranks=2, threads=2, tile=64)
 
 
+def test_a_trade_takes_the_next_rank_count_that_splits_the_workers() -> None:
+    space = ConfigSpace.for_cpus(96, TILES)
+    up, down = "RANKS_UP_THREADS_DOWN", "RANKS_DOWN_THREADS_UP"
+    c = Config(ranks=1, threads=96, tile=64)
+    path = []
+    while c is not None:
+        path.append((c.ranks, c.threads))
+        c = apply_move(c, up, space)
+    # 96 workers: every rank count of the space that divides 96 into a thread count of it
+    assert path == [(1, 96), (2, 48), (3, 32), (4, 24), (6, 16), (8, 12), (12, 8), (16, 6),
+                    (24, 4), (32, 3), (48, 2), (96, 1)]  # fmt: skip
+    assert apply_move(Config(ranks=3, threads=32, tile=64), down, space) == Config(
+        ranks=2, threads=48, tile=64
+    )
+    # 6 workers at ranks=2 threads=3: 3 ranks of 2 threads up, 1 rank of 6 threads down
+    c = Config(ranks=2, threads=3, tile=64)
+    assert apply_move(c, up, space) == Config(ranks=3, threads=2, tile=64)
+    assert apply_move(c, down, space) == Config(ranks=1, threads=6, tile=64)
+
+
 def test_the_two_cpu_space_is_exactly_what_it_was() -> None:
     space = ConfigSpace.for_cpus(2, TILES)
     assert space.ranks == (1, 2, 4) and space.threads == (1, 2) and space.max_workers == 4

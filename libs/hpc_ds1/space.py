@@ -19,10 +19,17 @@ TILE_UP = "TILE_UP"
 TILE_DOWN = "TILE_DOWN"
 USE_GPU = "USE_GPU"
 USE_CPU = "USE_CPU"
+# A rank traded for threads, or threads for a rank, at the same ranks x threads: the split an
+# HPC engineer tries first. Without it, going from ranks=2 threads=1 to ranks=1 threads=2 takes
+# two single changes through a worse configuration (fewer workers, or oversubscribed).
+RANKS_UP_THREADS_DOWN = "RANKS_UP_THREADS_DOWN"
+RANKS_DOWN_THREADS_UP = "RANKS_DOWN_THREADS_UP"
 STOP = "STOP"
 MOVES: tuple[str, ...] = (
     RANKS_UP, RANKS_DOWN, THREADS_UP, THREADS_DOWN, TILE_UP, TILE_DOWN, USE_GPU, USE_CPU,
+    RANKS_UP_THREADS_DOWN, RANKS_DOWN_THREADS_UP,
 )  # fmt: skip
+TRADES: dict[str, int] = {RANKS_UP_THREADS_DOWN: 1, RANKS_DOWN_THREADS_UP: -1}
 ALL_ACTIONS: tuple[str, ...] = (*MOVES, STOP)
 OVERSUBSCRIPTION = 2  # ranks x threads may reach this many times the logical CPUs
 
@@ -183,10 +190,26 @@ def _step(values: tuple[int, ...], current: int, direction: int) -> int | None:
     return values[index] if 0 <= index < len(values) else None
 
 
+def _trade(config: Config, space: ConfigSpace, direction: int) -> Config | None:
+    """The next rank count up (direction 1) or down (-1) that splits the same ranks x threads
+    exactly into a thread count of the space; None when there is none."""
+    if config.ranks not in space.ranks or config.threads not in space.threads:
+        return None
+    workers = config.ranks * config.threads
+    for ranks in space.ranks[::direction]:
+        if (ranks - config.ranks) * direction > 0 and workers % ranks == 0:
+            if workers // ranks in space.threads:
+                return config.model_copy(update={"ranks": ranks, "threads": workers // ranks})
+    return None
+
+
 def apply_move(config: Config, move: str, space: ConfigSpace) -> Config | None:
     """The configuration one `move` away, or None when the move leaves the space."""
     if move not in MOVES:
         raise ValueError(f"unknown move {move!r}; moves are {', '.join(MOVES)}")
+    if move in TRADES:
+        traded = _trade(config, space, TRADES[move])
+        return traded if traded is not None and space.contains(traded) else None
     changes: dict[str, object] = {}
     axis = {"RANKS": ("ranks", space.ranks), "THREADS": ("threads", space.threads)}
     axis["TILE"] = ("tile", space.tiles)

@@ -23,7 +23,7 @@ from hpc_ds1.model import (
 from hpc_ds1.model.estimators import regressor_candidates
 from hpc_ds1.model.onnx_graph import build
 from hpc_ds1.model.transfer import blended_deltas
-from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
+from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, apply_move, neighbours
 from tests.measured import HELD_OUT, TINY
 
 
@@ -257,6 +257,9 @@ def test_infeasible_moves_are_never_chosen(model: Model, measurements: list[Meas
     top = model.decide(state)
     if top.choice != STOP:  # take the favourite away: it must not come back
         full = model.space_for("gemm")
+        target = apply_move(state.config, top.choice, full)
+        assert target is not None
+        other_threads = tuple(t for t in full.threads if t != target.threads)
         moved = {
             "RANKS_UP": {"ranks": (1, 2)},
             "RANKS_DOWN": {"ranks": (2, 4)},
@@ -264,6 +267,8 @@ def test_infeasible_moves_are_never_chosen(model: Model, measurements: list[Meas
             "THREADS_DOWN": {"threads": (1, 2)},
             "TILE_UP": {"tiles": (32, 64)},
             "TILE_DOWN": {"tiles": (64, 128, 256)},
+            "RANKS_UP_THREADS_DOWN": {"threads": other_threads},
+            "RANKS_DOWN_THREADS_UP": {"threads": other_threads},
         }[top.choice]
         kw = {"ranks": full.ranks, "threads": full.threads, "tiles": full.tiles, **moved}
         space = ConfigSpace(max_workers=full.max_workers, **kw)

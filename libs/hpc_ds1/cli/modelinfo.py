@@ -44,6 +44,12 @@ def describe(model: Any, path: Any, this_machine: Any) -> dict[str, Any]:
     }
 
 
+_MEANS = {
+    "not_slower": "not slower (beyond the noise)",
+    "good": "good (at most 2 % slower)",
+}
+
+
 def render(d: dict[str, Any]) -> str:
     lines = [
         f"model {d['version']} ({d['name']}) · {d['path']}",
@@ -55,6 +61,8 @@ def render(d: dict[str, Any]) -> str:
         + ("this one" if d["this_machine"] else f"NOT this one: {d['hardware_difference']}"),
         f"thresholds auto >= {d['thresholds']['auto']:g}, escalate < "
         f"{d['thresholds']['escalate']:g}",
+        "confidence the calibrated chance that a decision is "
+        + _MEANS.get(d["confidence_means"], d["confidence_means"]),
         "workloads (sizes trained on; guard range)",
     ]
     for name, w in sorted(d["workloads"].items()):

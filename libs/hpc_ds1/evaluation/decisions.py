@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_ds1.model import Model, Thresholds
-from hpc_ds1.model.calibration import move_good, stop_good
+from hpc_ds1.model.calibration import move_good, move_not_slower, stop_good, stop_not_slower
 from hpc_ds1.model.labels import Outcome, label_outcomes
-from hpc_ds1.runner import is_faster
 from hpc_ds1.space import STOP, Config, apply_move, neighbours
 
 from .landscape import Cell, SpaceFor
@@ -32,7 +31,9 @@ class Checked:
     mode: str
     reasons: tuple[str, ...]
     far: bool  # the distance guard alone would flag it
-    slower: bool  # the chosen move leads to a slower (or failing) configuration
+    # a move: it leads to a configuration slower beyond the noise (or failing); STOP: it leaves
+    # a neighbour faster beyond the noise behind (model/calibration.py, target "not_slower")
+    slower: bool
     # what the model's confidence is calibrated against (model/calibration.py): a move at most
     # 2 % slower; STOP with no neighbour more than 2 % faster
     good: bool = False
@@ -73,17 +74,17 @@ def check_cell(
             space=space,
             thresholds=thresholds,
         )
-        slower = False
         if d.choice != STOP:
             target = apply_move(config, d.choice, space)
             there = cell.points.get(target) if target is not None else None
-            slower = there is None or is_faster(
-                point.runtime_s, point.spread, there.runtime_s, there.spread
-            )
-            good = move_good(point.runtime_s, there.runtime_s if there is not None else None)
+            there_s, there_spread = (there.runtime_s, there.spread) if there else (None, None)
+            slower = not move_not_slower(point.runtime_s, point.spread, there_s, there_spread)
+            good = move_good(point.runtime_s, there_s)
         else:
-            around = [cell.points.get(c) for c in neighbours(config, space).values()]
-            good = stop_good(point.runtime_s, [p.runtime_s for p in around if p is not None])
+            found = [cell.points.get(c) for c in neighbours(config, space).values()]
+            around = [(p.runtime_s, p.spread) for p in found if p is not None]
+            slower = not stop_not_slower(point.runtime_s, point.spread, around)
+            good = stop_good(point.runtime_s, [t for t, _ in around])
         out.append(
             Checked(
                 cell.workload,
@@ -166,9 +167,8 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "ece": _ece(table),
         "not_slower": _share(sum(not c.slower for c in checks), n),
         "ece_not_slower": _ece(lenient),
-        # STOP is never slower by this definition, so its confidence (P(no neighbour more
-        # than 2 % faster)) counts against 1.0 there; the moves alone say how well the
-        # confidence of a move means "not slower".
+        # A STOP is slower when it leaves a neighbour faster beyond the noise behind (before
+        # 1 Dec 2026 a STOP was never slower); the moves alone are scored apart as well.
         "moves": len(moves),
         "moves_not_slower": _share(sum(not c.slower for c in moves), len(moves)),
         "ece_not_slower_moves": _ece(reliability(moves, not_slower=True)),
@@ -180,7 +180,10 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "auto_good": _share(sum(c.good for c in auto), len(auto)),
         "reliability_good": strict,
         "good_means": "a move at most 2 % slower; STOP with no neighbour more than 2 % faster "
-        "(what the model's confidence is calibrated against)",
+        "(what the confidence of models with calibration_target 'good' states)",
+        "not_slower_means": "a move whose target is not slower beyond the noise; STOP whose "
+        "fastest neighbour is not faster beyond the noise (what the confidence of models with "
+        "calibration_target 'not_slower' states)",
         "right_means": "the chosen move is the landscape's best move (the fastest neighbour "
         "beyond the noise, else STOP)",
     }

@@ -1,17 +1,20 @@
-"""Confidence that means "this move is not slower" (issue 13, part 2).
+"""Confidence that means "this decision is not slower" (issue 13, part 2).
 
 A decision's raw confidence is the blended probability of its choice. Isotonic regression
-(scikit-learn, at training only) maps it to the observed share of good decisions among the
-out-of-fold decisions on the training sizes, apart for moves and for STOP:
+(scikit-learn, at training only) maps it to the observed share of out-of-fold decisions on the
+training sizes that came true, apart for moves and for STOP. What "came true" means is the
+calibration's target, written in the model file:
 
-- a move is good when the configuration it leads to ran and its measured runtime is at most
-  TOLERANCE (2 %) above the current one's (an equally good move is good);
-- STOP is good when no neighbour that ran is more than TOLERANCE faster (stopping leaves
-  nothing behind).
-
-A fixed tolerance, not the measured noise: at the spreads of a loaded machine (20 % and more)
-"not slower beyond the noise" is true of nearly every move, the calibration then states 1.0
-for everything and says nothing.
+- "not_slower" (the default since 1 Dec 2026): a move is not slower when the configuration it
+  leads to ran and is not slower than the current one beyond the two measurements' noise
+  (runner.noise.is_faster, the rule the labels and the evaluation use); STOP is not slower when
+  its fastest neighbour is not faster beyond the noise (stopping leaves no real gain behind:
+  exactly when the labels call STOP right). The
+  confidence is then what an engineer needs to let a move run by itself: the chance it does
+  not make the job slower.
+- "good": a move is good when its target is at most TOLERANCE (2 %) above the current
+  runtime; STOP when no neighbour is more than TOLERANCE faster. Stricter than the noise at
+  small spreads, looser at large ones; the earlier models' target.
 
 The fitted maps travel in the model file as small tables of thresholds (metadata
 "calibration"); inference interpolates them with numpy, no scikit-learn. A kind with fewer
@@ -27,11 +30,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hpc_ds1.runner.noise import is_faster
+
 Array = npt.NDArray[Any]
 MIN_DECISIONS = 20
 TOLERANCE = 0.02
 BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 KINDS = ("move", "stop")
+TARGETS = ("not_slower", "good")
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,26 @@ def stop_good(here_s: float, neighbours_s: Sequence[float]) -> bool:
     return all(t >= here_s * (1.0 - TOLERANCE) for t in neighbours_s)
 
 
+def move_not_slower(
+    here_s: float, here_spread: float | None, there_s: float | None, there_spread: float | None
+) -> bool:
+    """A move from a configuration that ran in `here_s` to one that ran in `there_s` (None:
+    it failed or did not run) does not make the job slower beyond the measurements' noise."""
+    return there_s is not None and not is_faster(here_s, here_spread, there_s, there_spread)
+
+
+def stop_not_slower(
+    here_s: float, here_spread: float | None, around: Sequence[tuple[float, float | None]]
+) -> bool:
+    """STOP at a configuration that ran in `here_s` leaves no real gain behind: its fastest
+    neighbour (`around`: the neighbours' runtimes and spreads) is not faster beyond the noise,
+    the rule by which the labels make STOP the right move (labels.label_outcomes)."""
+    if not around:
+        return True
+    fastest, spread = min(around, key=lambda ts: ts[0])
+    return not is_faster(fastest, spread, here_s, here_spread)
+
+
 def ece(confidence: Array, good: Array) -> float:
     """Expected calibration error over the evaluation's confidence bins."""
     confidence, good = np.asarray(confidence, dtype=float), np.asarray(good, dtype=float)
@@ -107,25 +133,37 @@ def fit(p: Array, stop: Array, good: Array) -> Calibration:
     return Calibration(tables)
 
 
-def fit_and_score(p: Array, stop: Array, good: Array, groups: Array) -> tuple[Calibration, dict]:
+def calibrated(calibration: Calibration, p: Array, stop: Array) -> Array:
+    """`calibration` applied to raw confidences `p` (STOP's map where `stop`)."""
+    return np.asarray(
+        [calibration.confidence(float(v), bool(s)) for v, s in zip(p, stop, strict=True)]
+    )
+
+
+def fit_and_score(
+    p: Array, stop: Array, good: Array, groups: Array, target: str = "good"
+) -> tuple[Calibration, dict]:
     """The calibration on every out-of-fold decision, and its error measured honestly: per
-    group (a training size), maps fitted on the other groups applied to it."""
+    group (a training size), maps fitted on the other groups applied to it. `good`: whether
+    each decision came true by `target`'s meaning (TARGETS)."""
     p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
     groups = np.asarray(groups)
     crossed = p.copy()
     for g in np.unique(groups):
         rest = groups != g
-        crossed[~rest] = [
-            c.confidence(float(v), bool(s))
-            for c in [fit(p[rest], stop[rest], good[rest])]
-            for v, s in zip(p[~rest], stop[~rest], strict=True)
-        ]
+        crossed[~rest] = calibrated(fit(p[rest], stop[rest], good[rest]), p[~rest], stop[~rest])
     calibration = fit(p, stop, good)
-    return calibration, {
-        "what": f"P(good): a move's target at most {TOLERANCE:.0%} slower; STOP: no neighbour "
+    what = {
+        "good": f"P(good): a move's target at most {TOLERANCE:.0%} slower; STOP: no neighbour "
         f"more than {TOLERANCE:.0%} faster",
+        "not_slower": "P(not slower): a move's target not slower beyond the noise of the two "
+        "measurements; STOP: no neighbour faster beyond the noise",
+    }
+    return calibration, {
+        "target": target,
+        "what": what[target],
         "decisions": len(p),
-        "good_share": round(float(good.mean()), 4) if len(p) else None,
+        "true_share": round(float(good.mean()), 4) if len(p) else None,
         "ece_before": round(ece(p, good), 4),
         "ece_after_leave_one_size_out": round(ece(crossed, good), 4),
         "kinds": {k: len(v[0]) for k, v in calibration.tables.items()},

@@ -92,6 +92,8 @@ class Model:
         self._priors: dict[tuple[str, int], tuple[dict[Config, float], float, float | None]] = {}
         self.decide_share = float(transfer.get("decide_share") or 0.0)
         self.calibration = Calibration.from_dict(self.metadata.get("calibration"))
+        # what a confidence states the chance of (model.calibration.TARGETS); older files: good
+        self.calibration_target: str = self.metadata.get("calibration_target") or "good"
         self._aligned: dict[tuple[str, int, ConfigSpace], Any] = {}
         self._class_index = np.asarray(
             [ALL_ACTIONS.index(c) for c in self.metadata["classes"]], dtype=int
@@ -127,6 +129,7 @@ class Model:
             "device_id": self.device_id,
             "trained_at": self.trained_at,
             "thresholds": self.thresholds.model_dump(),
+            "confidence_means": self.calibration_target,
             "estimators": self.metadata.get("estimators", {}),
             "distance_threshold": self.distance_threshold,
             "workloads": {

@@ -17,7 +17,17 @@ import numpy.typing as npt
 from hpc_ds1.model import estimators as est
 from hpc_ds1.model import features as ft
 from hpc_ds1.model.blend import Blend, choose_blend
-from hpc_ds1.model.calibration import Calibration, fit_and_score, move_good, stop_good
+from hpc_ds1.model.calibration import (
+    TARGETS,
+    Calibration,
+    calibrated,
+    ece,
+    fit_and_score,
+    move_good,
+    move_not_slower,
+    stop_good,
+    stop_not_slower,
+)
 from hpc_ds1.model.guard import DISTANCE_MARGIN, DISTANCE_PERCENTILE, DistanceGuard
 from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_outcomes
 from hpc_ds1.model.labels import measured_space as _measured_space
@@ -321,29 +331,41 @@ def _oof_runtime(Xr: Array, rgroups: Array, fitted: dict[int, Any]) -> Array:
     return out
 
 
-def _decisions_good(rows: _Rows, keys: Sequence[StateKey], proba: Array) -> tuple[Array, Array]:
-    """For each out-of-fold decision (argmax of `proba`): whether it is STOP, and whether it is
-    good (calibration.move_good, calibration.stop_good) on the measured runtimes."""
-    stop, good = [], []
+def _decisions_came_true(
+    rows: _Rows, keys: Sequence[StateKey], proba: Array
+) -> tuple[Array, dict[str, Array]]:
+    """For each out-of-fold decision (argmax of `proba`): whether it is STOP, and whether it
+    came true on the measured runtimes by each calibration target's meaning (good:
+    calibration.move_good, stop_good; not_slower: move_not_slower, stop_not_slower)."""
+    stop: list[bool] = []
+    came_true: dict[str, list[bool]] = {"good": [], "not_slower": []}
     for key, p in zip(keys, proba, strict=True):
         workload, size, config = key
         choice = ALL_ACTIONS[int(np.argmax(p))]
-        here = rows.outcomes[key].runtime_s
-        assert here is not None  # decisions are taken at states that ran
+        here = rows.outcomes[key]
+        assert here.runtime_s is not None  # decisions are taken at states that ran
         space = rows.space(workload)
         stop.append(choice == STOP)
         if choice == STOP:
-            around = [
+            found = [
                 rows.outcomes.get((workload, size, c)) for c in neighbours(config, space).values()
             ]
-            good.append(
-                stop_good(here, [o.runtime_s for o in around if o and o.ok and o.runtime_s])
-            )
+            around = [(o.runtime_s, o.spread) for o in found if o and o.ok and o.runtime_s]
+            came_true["good"].append(stop_good(here.runtime_s, [t for t, _ in around]))
+            came_true["not_slower"].append(stop_not_slower(here.runtime_s, here.spread, around))
             continue
         target = apply_move(config, choice, space)
         there = rows.outcomes.get((workload, size, target)) if target is not None else None
-        good.append(move_good(here, there.runtime_s if there is not None and there.ok else None))
-    return np.asarray(stop, dtype=bool), np.asarray(good, dtype=bool)
+        there_s, there_spread = (
+            (there.runtime_s, there.spread) if there and there.ok else (None, None)
+        )
+        came_true["good"].append(move_good(here.runtime_s, there_s))
+        came_true["not_slower"].append(
+            move_not_slower(here.runtime_s, here.spread, there_s, there_spread)
+        )
+    return np.asarray(stop, dtype=bool), {
+        k: np.asarray(v, dtype=bool) for k, v in came_true.items()
+    }
 
 
 def _session_scorer(
@@ -460,6 +482,7 @@ def train(
     space_for: SpaceFor | None = None,
     trained_at: str | None = None,
     candidates: Sequence[str] | None = None,
+    calibrate_on: str = "not_slower",
 ) -> TrainedModel:
     """Train on the ok, not held-out measurements of one device (`fingerprint`: a Fingerprint).
     A measurement at a registered workload's held-out size counts as held out, flagged or not.
@@ -468,7 +491,10 @@ def train(
     are scored after training (metrics["held_out"]) and never fitted. Neighbours for the labels
     come from `space_for(workload)` when given, else from the space the measurements span.
     `candidates` limits the move-model candidates compared (names in
-    estimators.classifier_candidates); all by default."""
+    estimators.classifier_candidates); all by default. `calibrate_on`: what the confidence
+    states the chance of (calibration.TARGETS; "good" was the target before 1 Dec 2026)."""
+    if calibrate_on not in TARGETS:
+        raise ValueError(f"calibrate_on={calibrate_on!r}: accepted are {', '.join(TARGETS)}")
     started = time.perf_counter()
     ms = [_coerce(m) for m in measurements]
     fp = (
@@ -552,10 +578,16 @@ def train(
             **est.classification_scores(decided, y[tele]),
             "table": est.calibration_table(d_conf, d_correct.astype(float)),
         }
-        d_stop, d_good = _decisions_good(rows, tele_keys, decided)
+        d_stop, came_true = _decisions_came_true(rows, tele_keys, decided)
         calibration, move_metrics["not_slower"] = fit_and_score(
-            d_conf, d_stop, d_good, groups[tele]
+            d_conf, d_stop, came_true[calibrate_on], groups[tele], calibrate_on
         )
+        # the other target, scored in sample under this calibration (what it would have meant)
+        move_metrics["not_slower"]["ece_in_sample_on_other_targets"] = {
+            t: round(ece(calibrated(calibration, d_conf, d_stop), v), 4)
+            for t, v in came_true.items()
+            if t != calibrate_on
+        }
     else:
         move_name, rt_name, rt_rmse = DEFAULT_MOVE, DEFAULT_RUNTIME, 0.3
         note = "only one measured size per workload: no leave-one-size-out CV possible; default"
@@ -642,6 +674,7 @@ def train(
             "decide_share": decide_share,
         },
         "calibration": calibration.as_dict(),
+        "calibration_target": calibrate_on,
         "estimators": {"move": move_name, "runtime": rt_name},
         "metrics": metrics,
     }
