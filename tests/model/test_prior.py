@@ -205,6 +205,21 @@ def test_an_older_model_file_without_prior_or_calibration_keeps_working(
         assert d.confidence == pytest.approx(max(d.alternatives.values()))
 
 
+def test_an_older_file_states_good_and_a_newer_ones_moves_are_refused_in_words(
+    trained: TrainedModel,
+) -> None:
+    def older(meta: dict[str, Any]) -> None:
+        del meta["calibration_target"]
+
+    assert Model.from_onnx(edited(trained.to_onnx(), older)).calibration_target == "good"
+
+    def newer(meta: dict[str, Any]) -> None:
+        meta["classes"] = [*meta["classes"], "RANKS_TIMES_TWO"]
+
+    with pytest.raises(ValueError, match=r"does not know \(RANKS_TIMES_TWO; it knows RANKS_UP"):
+        Model.from_onnx(edited(trained.to_onnx(), newer))
+
+
 # --- the prior in decide -----------------------------------------------------------------------
 
 
@@ -318,6 +333,9 @@ def test_too_few_decisions_of_a_kind_keep_the_raw_confidence() -> None:
 def test_the_trained_model_carries_its_calibration(trained: TrainedModel, model: Model) -> None:
     report = trained.metrics["move_model"]["not_slower"]
     assert report["decisions"] > 0
+    # the confidence states the chance of not slower, and the file says so
+    assert report["target"] == "not_slower" == model.calibration_target
+    assert trained.metadata["calibration_target"] == model.describe()["confidence_means"]
     assert model.calibration.as_dict() == trained.metadata["calibration"]
     for kind, (xs, ys) in model.calibration.tables.items():
         assert list(xs) == sorted(xs) and list(ys) == sorted(ys), kind

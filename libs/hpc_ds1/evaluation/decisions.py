@@ -34,8 +34,8 @@ class Checked:
     # a move: it leads to a configuration slower beyond the noise (or failing); STOP: it leaves
     # a neighbour faster beyond the noise behind (model/calibration.py, target "not_slower")
     slower: bool
-    # what the model's confidence is calibrated against (model/calibration.py): a move at most
-    # 2 % slower; STOP with no neighbour more than 2 % faster
+    # a move at most 2 % slower; STOP with no neighbour more than 2 % faster (what the
+    # confidence of models calibrated on "good" states, model/calibration.py)
     good: bool = False
 
     @property

@@ -9,9 +9,11 @@ calibration's target, written in the model file:
   leads to ran and is not slower than the current one beyond the two measurements' noise
   (runner.noise.is_faster, the rule the labels and the evaluation use); STOP is not slower when
   its fastest neighbour is not faster beyond the noise (stopping leaves no real gain behind:
-  exactly when the labels call STOP right). The
-  confidence is then what an engineer needs to let a move run by itself: the chance it does
-  not make the job slower.
+  exactly when the labels call STOP right). The confidence is then what an engineer needs to
+  let a move run by itself: the chance it does not make the job slower. At the spreads of a
+  loaded machine (20 % and more) nearly every decision is within the noise, so the maps state
+  nearly 1.0 for everything: true there, and no longer a way to tell a gain from a harmless
+  step (the keep rule still reverts what turns out slower).
 - "good": a move is good when its target is at most TOLERANCE (2 %) above the current
   runtime; STOP when no neighbour is more than TOLERANCE faster. Stricter than the noise at
   small spreads, looser at large ones; the earlier models' target.
@@ -157,7 +159,7 @@ def fit_and_score(
         "good": f"P(good): a move's target at most {TOLERANCE:.0%} slower; STOP: no neighbour "
         f"more than {TOLERANCE:.0%} faster",
         "not_slower": "P(not slower): a move's target not slower beyond the noise of the two "
-        "measurements; STOP: no neighbour faster beyond the noise",
+        "measurements; STOP: its fastest neighbour not faster beyond the noise",
     }
     return calibration, {
         "target": target,

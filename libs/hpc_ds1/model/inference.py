@@ -95,6 +95,13 @@ class Model:
         # what a confidence states the chance of (model.calibration.TARGETS); older files: good
         self.calibration_target: str = self.metadata.get("calibration_target") or "good"
         self._aligned: dict[tuple[str, int, ConfigSpace], Any] = {}
+        unknown = [c for c in self.metadata["classes"] if c not in ALL_ACTIONS]
+        if unknown:
+            raise ValueError(
+                f"this model file decides moves this version of hpc-ds1 does not know "
+                f"({', '.join(unknown)}; it knows {', '.join(ALL_ACTIONS)}): upgrade hpc-ds1, "
+                "or train a model with this version (hpc-ds1 setup)"
+            )
         self._class_index = np.asarray(
             [ALL_ACTIONS.index(c) for c in self.metadata["classes"]], dtype=int
         )
