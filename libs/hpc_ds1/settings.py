@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     )
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
+    calibration_target: Literal["not_slower", "good"] = Field(
+        default="not_slower",
+        description="What a trained model's confidence states the chance of: not_slower (the "
+        "decision does not leave the job slower beyond the noise) or good (a move at most 2 % "
+        "slower; fewer decisions run by themselves).",
+    )
     launcher: Literal["mpiexec", "srun"] = Field(
         default="mpiexec",
         description="How a real run starts its ranks: mpiexec, or srun (a Slurm job step).",

@@ -62,7 +62,9 @@ class Trainer:
                 "error": f"no measurements of device {device_id}: run hpc-ds1 setup",
             }
         fingerprint = Fingerprint.model_validate(raw_fingerprint)
-        trained = await asyncio.to_thread(train, usable, fingerprint)
+        trained = await asyncio.to_thread(
+            train, usable, fingerprint, calibrate_on=self.ctx.settings.calibration_target
+        )
         data = trained.to_onnx()
         digest = hashlib.sha256(data).hexdigest()
         version = trained.version

@@ -1,0 +1,22 @@
+"""The trainer service's model states what the settings ask its confidence to state."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from hpc_ds1.model import Model
+from hpc_ds1.settings import Settings
+
+
+def test_the_trainer_calibrates_on_the_settings_target(
+    trained: dict, e2e_settings: Settings
+) -> None:
+    model = Model.from_file(e2e_settings.models_dir / f"{trained['version']}.onnx")
+    assert model.calibration_target == e2e_settings.calibration_target == "not_slower"
+    assert model.metrics["move_model"]["not_slower"]["target"] == "not_slower"
+
+
+def test_an_unknown_calibration_target_is_refused_at_start() -> None:
+    with pytest.raises(ValidationError, match="calibration_target"):
+        Settings(calibration_target="right")  # type: ignore[arg-type]
