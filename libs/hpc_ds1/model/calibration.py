@@ -143,7 +143,7 @@ def calibrated(calibration: Calibration, p: Array, stop: Array) -> Array:
 
 
 def fit_and_score(
-    p: Array, stop: Array, good: Array, groups: Array, target: str = "good"
+    p: Array, stop: Array, good: Array, groups: Array, target: str = "not_slower"
 ) -> tuple[Calibration, dict]:
     """The calibration on every out-of-fold decision, and its error measured honestly: per
     group (a training size), maps fitted on the other groups applied to it. `good`: whether
