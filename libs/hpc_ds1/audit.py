@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,33 +219,44 @@ class Verdict:
     detail: str | None = None
 
 
-def _read_chain(path: Path) -> tuple[Verdict | None, list[tuple[int, str]]]:
-    """Check the chain line by line; (a broken verdict or None, [(seq, hash)] per line)."""
+def read_chain(path: Path, size: int | None = None) -> tuple[Verdict | None, list[tuple[int, str]]]:
+    """Check the chain line by line, in the file's first `size` bytes (default: all of it);
+    (a broken verdict or None, [(seq, hash)] per line)."""
     prev = GENESIS
     heads: list[tuple[int, str]] = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                record = None
-            if not isinstance(record, dict):
-                return Verdict(False, number, number, "not a JSON object"), heads
-            stated = record.pop("hash", None)
-            if record.get("prev") != prev:
-                return Verdict(False, number, number, "does not follow the previous line"), heads
-            try:
-                computed = line_hash(prev, record)
-            except TypeError:
-                computed = None
-            if stated != computed:
-                return Verdict(False, number, number, "content does not match its hash"), heads
-            seq = record.get("seq")
-            if not isinstance(seq, int):
-                return Verdict(False, number, number, "has no sequence number"), heads
-            heads.append((seq, str(stated)))
-            prev = str(stated)
+    for number, raw in enumerate(_lines(path, size), start=1):
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            return Verdict(False, number, number, "not a JSON object"), heads
+        stated = record.pop("hash", None)
+        if record.get("prev") != prev:
+            return Verdict(False, number, number, "does not follow the previous line"), heads
+        try:
+            computed = line_hash(prev, record)
+        except TypeError:
+            computed = None
+        if stated != computed:
+            return Verdict(False, number, number, "content does not match its hash"), heads
+        seq = record.get("seq")
+        if not isinstance(seq, int):
+            return Verdict(False, number, number, "has no sequence number"), heads
+        heads.append((seq, str(stated)))
+        prev = str(stated)
     return None, heads
+
+
+def _lines(path: Path, size: int | None) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        if size is None:
+            yield from handle
+            return
+        left = size
+        while left > 0 and (raw := handle.readline(left)):
+            left -= len(raw)
+            yield raw
 
 
 def verify(path: Path) -> Verdict:
@@ -253,7 +264,7 @@ def verify(path: Path) -> Verdict:
     not see a file cut short: `verify_against_log` does."""
     if not path.exists():
         return Verdict(False, 0, None, f"{path} does not exist")
-    broken, heads = _read_chain(path)
+    broken, heads = read_chain(path)
     if broken is not None:
         return broken
     return Verdict(True, len(heads), last_seq=heads[-1][0] if heads else 0)
@@ -278,13 +289,17 @@ class LogChain:
                 self.anchor = (seq, anchored["seq"], anchored["hash"])
 
 
-def verify_against_log(path: Path, chain: LogChain, projected_to: int | None = None) -> Verdict:
+def verify_against_log(
+    path: Path, chain: LogChain, projected_to: int | None = None, size: int | None = None
+) -> Verdict:
     """The file against the log: its chain intact, each line the record of the log's event at
     that place, and the file reaching the last anchor and `projected_to` (the projection's
-    checkpoint, when known). Lines may stop short of the log's end only below both."""
+    checkpoint, when known). Lines may stop short of the log's end only below both. `size`: the
+    file's length when it was looked at, before the log was read (lines written since are not
+    judged; default: all of it)."""
     if not path.exists():
         return Verdict(False, 0, None, f"{path} does not exist")
-    broken, heads = _read_chain(path)
+    broken, heads = read_chain(path, size)
     if broken is not None:
         return broken
     for number, ((seq, digest), (log_seq, log_digest)) in enumerate(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from sqlalchemy import select
 
-from ..audit import LogChain, Verdict, verify, verify_against_log
+from ..audit import LogChain, Verdict, read_chain, verify, verify_against_log
 from ..bus import EventBus
 from ..db import make_engine, tables
 from ..infra.home import use_home
@@ -70,14 +71,34 @@ def _report(verdict: Verdict, path: Path) -> int:
 async def _against_log(settings: Settings, path: Path, nats_url: str, database_url: str) -> Verdict:
     # It only reads: it creates no stream (MissingStream when there is none).
     bus = await EventBus.connect(settings, nats_url, "audit-verify", create=False)
-    chain = LogChain()
     try:
-        async for chunk in bus.replay(1, batch=2000):
-            for raw in chunk:
-                chain.feed(raw.seq, raw.subject, raw.data)
+        return await against_log(bus, path, lambda: asyncio.to_thread(_projected_to, database_url))
     finally:
         await bus.close()
-    return verify_against_log(path, chain, await asyncio.to_thread(_projected_to, database_url))
+
+
+async def against_log(
+    bus: EventBus, path: Path, projected_to: Callable[[], Awaitable[int | None]]
+) -> Verdict:
+    """The file against the live log, while the projector goes on writing both. Each is looked
+    at after what it must reach: the checkpoint (the file is written before it), then the log's
+    end (its anchors name lines written before them), then the file's length; the log is then
+    read up to the later of its end and the file's last line."""
+    checkpoint = await projected_to()
+    log_end = await bus.last_sequence()
+    size, file_end = await asyncio.to_thread(_file_now, path)
+    chain = LogChain()
+    async for chunk in bus.replay(1, stop_at=max(log_end, file_end), batch=2000):
+        for raw in chunk:
+            chain.feed(raw.seq, raw.subject, raw.data)
+    return await asyncio.to_thread(verify_against_log, path, chain, checkpoint, size)
+
+
+def _file_now(path: Path) -> tuple[int, int]:
+    """The file's length now, and the seq of its last line within it."""
+    size = path.stat().st_size
+    _, heads = read_chain(path, size)
+    return size, heads[-1][0] if heads else 0
 
 
 def _projected_to(database_url: str) -> int | None:

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from hpc_ds1.audit import AuditFile, LogChain, audit_record, verify, verify_against_log
 from hpc_ds1.bus import EventBus
+from hpc_ds1.cli.audit import against_log
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
 
@@ -136,6 +137,43 @@ async def test_a_file_behind_a_rebuild_is_filled_from_the_log(
         await task
     assert [x["seq"] for x in records(path)] == list(range(1, last + 1))
     assert verify_against_log(path, await log_chain(bus), projected_to=last).intact
+
+
+async def test_the_live_check_holds_while_the_projector_writes_on(
+    settings: Settings, engine: Engine, bus: EventBus, monkeypatch: Any
+) -> None:
+    """`audit verify` on a running product: the projector writes lines and moves its checkpoint
+    between the check's looks at the log and at the file (seen in CI: 'seq 8 is not in the
+    log')."""
+    await bus.publish_many([measurement(bus, i) for i in range(5)])
+    path = settings.audit_path
+    await run_until(Projector(engine, bus, AuditFile(path), anchor_every_s=0.0), engine, 6)
+    real_end = bus.last_sequence
+    looks: list[int] = []
+
+    async def end_then_the_projector_works_on() -> int:
+        seen = await real_end()
+        if not looks:  # the check's look; the projector asks too, and gets the real end
+            looks.append(seen)
+            await bus.publish_many([measurement(bus, i) for i in range(5, 8)])
+            projector = Projector(engine, bus, AuditFile(path), anchor_every_s=0.0)
+            await run_until(projector, engine, seen + 4)
+        return seen
+
+    monkeypatch.setattr(bus, "last_sequence", end_then_the_projector_works_on)
+
+    async def checkpoint_seen_first() -> int:
+        return 6
+
+    verdict = await against_log(bus, path, checkpoint_seen_first)
+    assert verdict.intact, verdict
+    assert looks == [6] and verdict.last_seq == len(records(path)) >= 6 + 4
+    # What it must still find: a file cut below the anchor the log held when it looked.
+    monkeypatch.setattr(bus, "last_sequence", real_end)
+    text = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(text[:3]))
+    verdict = await against_log(bus, path, checkpoint_seen_first)
+    assert not verdict.intact and str(verdict.problem).startswith("truncated: ")
 
 
 def test_a_message_cannot_bring_its_own_seq_prev_or_hash_into_the_chain(tmp_path: Path) -> None:
