@@ -108,6 +108,7 @@ async def bus(settings: Settings, nats_url: str) -> AsyncIterator[EventBus]:
         settings.dead_letter_stream,
         settings.work_stream,
         f"KV_{settings.liveness_bucket}",
+        f"KV_{settings.claims_bucket}",
     )
     for stream in streams:
         try:

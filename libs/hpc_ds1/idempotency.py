@@ -8,6 +8,8 @@ The event is appended with `Nats-Expected-Last-Subject-Sequence: 0` over its own
 carries the SHA-256 of the request (`Hpc-Request-Sha256`) in a header, so:
 
 - a retry finds the original by its subject before doing anything (no second real run);
+- a decision replica claims the id before it runs the job (hpc_ds1.claims), so a copy on
+  another replica waits for that one's event instead of running the job again;
 - two copies racing each other: the second append is dropped by JetStream's duplicate window
   (PubAck.duplicate, the original's sequence) or, past the window, refused by the sequence
   check; either way the caller is answered with the original, read back from the stream;

@@ -171,6 +171,11 @@ class Settings(BaseSettings):
         return f"{self.stream}_LIVENESS"
 
     @property
+    def claims_bucket(self) -> str:
+        """KV bucket of keyed requests being answered (hpc_ds1.claims), out of the audit stream."""
+        return f"{self.stream}_CLAIMS"
+
+    @property
     def audit_path(self) -> Path:
         return self.home / "audit.jsonl"
 

@@ -20,9 +20,11 @@ import time
 from typing import Any, Literal
 
 import orjson
+from nats.js.kv import KeyValue
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
+from hpc_ds1.claims import claim, claims_bucket, held, holding
 from hpc_ds1.db import tables
 from hpc_ds1.db.reads import latest_model
 from hpc_ds1.events import DecisionMade, envelope, new_id
@@ -52,6 +54,7 @@ MAX_IN_FLIGHT = 256  # decisions being answered at once; more get 503 at once
 MAX_RUNS_WAITING = 32  # of them, waiting for a real run on an agent
 STOP_GRACE_S = 5.0
 RUN_REPEATS = RunRequest.model_fields["repeats"].default
+CLAIM_POLL_S = 0.2  # how often a replica waiting on another's claim looks for its event
 SAFE_KEY_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -59,6 +62,12 @@ def run_timeout_s(max_run_s: float) -> float:
     """How long to wait for an agent's run: the capped run and one capped run queued ahead of
     it; a little less than the gateway waits (2 x cap + 30 s), so the gateway gets this answer."""
     return 2 * max_run_s + 20.0
+
+
+def claim_wait_s(max_run_s: float) -> float:
+    """How long a replica waits for another's keyed decision: as long as that one waits for
+    its run, and the decision after it."""
+    return run_timeout_s(max_run_s) + 10.0
 
 
 class DecisionError(Exception):
@@ -98,6 +107,8 @@ class DecisionService:
         self._runs_waiting = 0
         self.answered = 0  # requests this replica took (its status tells replicas apart)
         self._system1: dict[tuple[str, str, str, int], dict[str, Any] | None] = {}
+        self._claims_kv: KeyValue | None = None
+        self.holder = f"{ctx.name}-{new_id()[:12]}"  # this replica, as a claim names it
         # Set by run(): the model stack's imports in a thread; answers wait for it off the loop.
         self.warmed: asyncio.Future[None] | None = None
 
@@ -223,9 +234,36 @@ class DecisionService:
         original = await find(self.ctx.bus, subject, request_hash)
         if original is not None:
             return _replayed(original), True
-        stored: list[Stored] = []
-        body = await self.decide(request, actor, key_id, request_hash, stored)
-        return (_replayed(stored[0]), True) if stored else (body, False)
+        # Another replica may have the same key's copy: one of them runs it (hpc_ds1.claims).
+        claims = await self._claims()
+        deadline = time.monotonic() + claim_wait_s(self.ctx.settings.max_run_s)
+        while (revision := await claim(claims, key_id, self.holder)) is None:
+            while await held(claims, key_id):
+                original = await find(self.ctx.bus, subject, request_hash)
+                if original is not None:
+                    return _replayed(original), True
+                if time.monotonic() > deadline:
+                    raise DecisionError(
+                        503, "another decision replica is still answering this Idempotency-Key"
+                    )
+                await asyncio.sleep(CLAIM_POLL_S)
+            # Released after a failure, or expired with its holder: decided, or ours to try.
+            original = await find(self.ctx.bus, subject, request_hash)
+            if original is not None:
+                return _replayed(original), True
+        async with holding(claims, key_id, self.holder, revision):
+            # Decided between the look-up above and the claim.
+            original = await find(self.ctx.bus, subject, request_hash)
+            if original is not None:
+                return _replayed(original), True
+            stored: list[Stored] = []
+            body = await self.decide(request, actor, key_id, request_hash, stored)
+            return (_replayed(stored[0]), True) if stored else (body, False)
+
+    async def _claims(self) -> KeyValue:
+        if self._claims_kv is None:
+            self._claims_kv = await claims_bucket(self.ctx.bus.js, self.ctx.settings)
+        return self._claims_kv
 
     async def decide(
         self,

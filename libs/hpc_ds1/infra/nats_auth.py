@@ -24,6 +24,8 @@ WORK_WRITERS = frozenset({"placement"})
 # Services that write heartbeats to the liveness KV bucket: the local agent, and the gateway
 # on behalf of remote agents.
 LIVENESS_WRITERS = frozenset({"agent", "gateway"})
+# Services that claim keyed requests before running them (hpc_ds1.claims).
+CLAIM_WRITERS = frozenset({"decision"})
 
 
 def _destructive(stream: str) -> tuple[str, ...]:
@@ -55,6 +57,8 @@ def service_user(settings: Settings, name: str, password: str) -> NatsUser:
         publish.append(f"{settings.work_prefix}.>")
     if name in LIVENESS_WRITERS:
         publish.append(f"$KV.{settings.liveness_bucket}.>")
+    if name in CLAIM_WRITERS:
+        publish.append(f"$KV.{settings.claims_bucket}.>")
     return NatsUser(
         name=name,
         password=password,

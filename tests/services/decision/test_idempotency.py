@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,10 +18,14 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from hpc_ds1.bus import EventBus
+from hpc_ds1.claims import CLAIM_TTL_S, claim, claims_bucket, held, holding
 from hpc_ds1.events import DecisionMade, ModelPublished, envelope
 from hpc_ds1.idempotency import KeyReused, append_once, derived_id, find, parse_key
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.models_store import save_local
+from hpc_ds1.requests import DecideRequest
+from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.services.decision import DecisionService
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
@@ -204,3 +209,74 @@ async def test_a_retry_of_a_real_run_runs_nothing_again(gateway: tuple[Stack, Fa
     ]
     assert len(runs) == 1
     assert len(await decisions_in_log(stack.bus)) == 1
+
+
+def replica(stack: Stack, name: str) -> DecisionService:
+    """A decision replica of its own (its own single-flight), on the stack's bus and database."""
+    ctx = ServiceContext(
+        "decision",
+        stack.settings,
+        stack.settings.nats_url,
+        stack.settings.database_url,
+        stack.bus,
+        stack.engine,
+        asyncio.Event(),
+    )
+    service = DecisionService(ctx)
+    service.holder = name
+    return service
+
+
+async def measurements_in_log(bus: EventBus) -> int:
+    pattern = f"{bus.prefix}.measurement.*.recorded"
+    return len([raw async for chunk in bus.replay(1, pattern) for raw in chunk])
+
+
+async def test_two_replicas_with_one_key_run_the_job_once(gateway: tuple[Stack, FastAPI]) -> None:
+    """Copies of one keyed request on two replicas at once: one claims the key and runs the
+    job, the other waits for its decision; one run, one decision, the same answer."""
+    stack, _ = gateway
+    request, key_id = DecideRequest.model_validate(JOB), uuid.uuid4().hex
+    a, b = replica(stack, "replica-a"), replica(stack, "replica-b")
+    (first, first_replayed), (second, second_replayed) = await asyncio.gather(
+        a.decide_once(request, "engineer", key_id), b.decide_once(request, "engineer", key_id)
+    )
+    assert first == second and first["ran"] is True
+    assert sorted([first_replayed, second_replayed]) == [False, True]
+    assert await measurements_in_log(stack.bus) == 1
+    assert len(await decisions_in_log(stack.bus)) == 1
+    claims = await claims_bucket(stack.bus.js, stack.settings)
+    assert not await held(claims, key_id)  # released once decided
+
+
+async def test_the_claim_of_a_dead_replica_expires_and_a_waiting_one_decides(
+    gateway: tuple[Stack, FastAPI],
+) -> None:
+    """A holder killed mid-run leaves its claim unrenewed and no decision: within CLAIM_TTL_S
+    the waiting replica claims the key and decides itself."""
+    stack, _ = gateway
+    request, key_id = DecideRequest.model_validate(JOB), uuid.uuid4().hex
+    claims = await claims_bucket(stack.bus.js, stack.settings)
+    assert await claim(claims, key_id, "a-replica-killed-mid-run") is not None
+    assert await claim(claims, key_id, "another") is None
+    waiting = asyncio.create_task(replica(stack, "replica-b").decide_once(request, "op", key_id))
+    await asyncio.sleep(1.0)
+    assert not waiting.done() and await measurements_in_log(stack.bus) == 0
+    body, replayed = await asyncio.wait_for(waiting, CLAIM_TTL_S + 120)
+    assert replayed is False and body["ran"] is True
+    assert await measurements_in_log(stack.bus) == 1
+    assert len(await decisions_in_log(stack.bus)) == 1
+
+
+async def test_a_held_claim_is_renewed_past_its_ttl_and_released_after(bus: EventBus) -> None:
+    claims = await claims_bucket(bus.js, bus.settings)
+    key = uuid.uuid4().hex
+    revision = await claim(claims, key, "holder")
+    assert revision is not None
+    with pytest.raises(RuntimeError, match="failed"):
+        async with holding(claims, key, "holder", revision):
+            await asyncio.sleep(CLAIM_TTL_S * 1.5)
+            assert await held(claims, key) and await claim(claims, key, "other") is None
+            raise RuntimeError("the decision failed")
+    assert not await held(claims, key)  # released: a retry may claim it
+    assert await claim(claims, key, "other") is not None
