@@ -21,6 +21,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    KeyValueConfig,
     PubAck,
     RawStreamMsg,
     RetentionPolicy,
@@ -34,6 +35,7 @@ from nats.js.errors import (
     NotFoundError,
     ServiceUnavailableError,
 )
+from nats.js.kv import KeyValue
 
 from .events import Envelope, MalformedEvent, decode
 from .log import get_logger
@@ -102,6 +104,18 @@ async def until_answered(call: Callable[[], Awaitable[T]], what: str) -> T:
                 raise
             log.warning("jetstream_retry", what=what, error=repr(error))
             await asyncio.sleep(0.25)
+
+
+async def kv_bucket(js: JetStreamContext, name: str, ttl_s: float, replicas: int) -> KeyValue:
+    """A KV bucket of one value per key (history 1) whose entries expire after `ttl_s`, created
+    when missing; each call asked again while a cluster elects a leader (until_answered)."""
+    config = KeyValueConfig(
+        bucket=name, history=1, ttl=ttl_s, storage=StorageType.FILE, replicas=replicas
+    )
+    try:
+        return await until_answered(functools.partial(js.key_value, name), name)
+    except NotFoundError:
+        return await until_answered(functools.partial(js.create_key_value, config), name)
 
 
 def server_list(url: str) -> list[str]:

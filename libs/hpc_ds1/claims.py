@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections.abc import AsyncIterator
 
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
-from .bus import until_answered
+from .bus import kv_bucket
 from .log import get_logger
 from .settings import Settings
 
@@ -34,19 +32,8 @@ CLAIM_TTL_S = 10.0  # a claim not renewed for this long is gone (its holder died
 async def claims_bucket(
     js: JetStreamContext, settings: Settings, ttl_s: float = CLAIM_TTL_S
 ) -> KeyValue:
-    """The claims bucket, created when missing (history 1, entries expire after `ttl_s`)."""
-    name = settings.claims_bucket
-    config = KeyValueConfig(
-        bucket=name,
-        history=1,
-        ttl=ttl_s,
-        storage=StorageType.FILE,
-        replicas=settings.stream_replicas,
-    )
-    try:
-        return await until_answered(functools.partial(js.key_value, name), name)
-    except NotFoundError:
-        return await until_answered(functools.partial(js.create_key_value, config), name)
+    """The claims bucket, created when missing (entries expire after `ttl_s`)."""
+    return await kv_bucket(js, settings.claims_bucket, ttl_s, settings.stream_replicas)
 
 
 async def claim(kv: KeyValue, key: str, holder: str) -> int | None:

@@ -5,18 +5,16 @@ offline) into device.status_changed events."""
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
 import orjson
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..bus import until_answered
+from ..bus import kv_bucket
 from ..settings import Settings
 
 
@@ -35,18 +33,9 @@ class Heartbeat(BaseModel):
 async def liveness_bucket(js: JetStreamContext, settings: Settings) -> KeyValue:
     """The heartbeat bucket, created when missing (history 1, TTL offline_after_s). Each call
     is asked again while a cluster elects a leader (bus.until_answered)."""
-    name = settings.liveness_bucket
-    config = KeyValueConfig(
-        bucket=name,
-        history=1,
-        ttl=settings.offline_after_s,
-        storage=StorageType.FILE,
-        replicas=settings.stream_replicas,
+    return await kv_bucket(
+        js, settings.liveness_bucket, settings.offline_after_s, settings.stream_replicas
     )
-    try:
-        return await until_answered(functools.partial(js.key_value, name), name)
-    except NotFoundError:
-        return await until_answered(functools.partial(js.create_key_value, config), name)
 
 
 async def beat(kv: KeyValue, heartbeat: Heartbeat) -> None:
