@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
-from hpc_ds1.runner import Job, Status, run, run_many
+from hpc_ds1.runner import Job, Status, protocol, run, run_many
+from hpc_ds1.runner.api import _early_exit, job_env, mpiexec_path
+from hpc_ds1.runner.jobspec import JobSpec
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import get_workload, list_workloads, register, registry, unregister
 from tests.runner import plugins
@@ -51,6 +56,32 @@ def test_failure_and_wrong_answer_do_not_stop_the_batch(registered: object) -> N
     assert broken.status is Status.FAILED and "broken on purpose" in broken.error
     assert fine.status is Status.OK
     assert liar.status is Status.WRONG_ANSWER and liar.check_ok is False
+
+
+def test_a_failing_rank_reports_its_error_in_the_file_before_the_abort(tmp_path: Path) -> None:
+    """MPI_Abort may kill the launcher's proxies before a rank's last stdout line is forwarded;
+    the report file holds the error whatever the abort took with it."""
+    report = tmp_path / "report"
+    spec = JobSpec("test-broken", 5, 1, 1, 1, module="tests.runner.plugins")
+    argv = [mpiexec_path(), "-n", "2", sys.executable, "-m", "hpc_ds1.runner.rank"]
+    argv += ["--job", spec.encode(), "--report-file", str(report)]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(argv, env=job_env(1), capture_output=True, text=True, cwd=root)
+    assert done.returncode != 0
+    error = protocol.reported_error(report)
+    assert error is not None and error["rank"] == 1
+    assert error["error"] == "RuntimeError: broken on purpose"
+    assert "RuntimeWarning" not in done.stderr  # `-m hpc_ds1.runner.rank` is imported once
+
+
+def test_an_early_exit_says_the_reported_error_not_a_cut_stderr(tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    cut = 'Traceback (most recent call last):\n  File "rank.py", line 135, in main'
+    assert _early_exit(report, cut) == (Status.FAILED, cut)  # no file: the stderr it has
+    assert _early_exit(report, "")[1] == "rank program exited early"
+    protocol.report(str(report), {"event": "start", "index": 0})
+    protocol.report(str(report), {"event": "error", "rank": 1, "error": "RuntimeError: x"})
+    assert _early_exit(report, cut) == (Status.FAILED, "rank 1: RuntimeError: x")
 
 
 def test_entry_point_group_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:

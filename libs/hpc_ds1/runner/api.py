@@ -8,12 +8,12 @@ like a credential."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_ds1.devicelock import Cancelled
-from hpc_ds1.runner import launch
+from hpc_ds1.runner import launch, protocol
 from hpc_ds1.runner.jobspec import JobSpec
 from hpc_ds1.runner.noise import coefficient_of_variation, relative_spread
 from hpc_ds1.runner.procs import Process
-from hpc_ds1.runner.rank import PREFIX
 from hpc_ds1.runner.result import Job, RunResult, Status
 from hpc_ds1.runner.validate import InvalidJob, check_size, validate
 from hpc_ds1.space import Config, ConfigSpace
@@ -127,14 +126,12 @@ def _launch_argv(
     return argv
 
 
-def _parse(line: str) -> dict[str, Any] | None:
-    if not line.startswith(PREFIX):
-        return None
-    try:
-        value = json.loads(line[len(PREFIX) :])
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+def _early_exit(report: Path, stderr: str) -> tuple[Status, str]:
+    """Why a launch ended before its jobs did: the error a rank reported, else its stderr."""
+    error = protocol.reported_error(report)
+    if error is not None:
+        return Status.FAILED, f"rank {error.get('rank')}: {error.get('error')}"
+    return Status.FAILED, stderr or "rank program exited early"
 
 
 def _run_batch(
@@ -146,6 +143,21 @@ def _run_batch(
     launcher: str = "mpiexec",
 ) -> list[RunResult]:
     """Run jobs in one launch; after a timeout or a crash, relaunch for the jobs left."""
+    with tempfile.TemporaryDirectory(prefix="hpc-ds1-launch-") as scratch:
+        return _launch_until_done(
+            ranks, batch, timeout_s, launch_timeout_s, cancel, launcher, Path(scratch)
+        )
+
+
+def _launch_until_done(
+    ranks: int,
+    batch: list[tuple[Job, Workload]],
+    timeout_s: float,
+    launch_timeout_s: float,
+    cancel: threading.Event | None,
+    launcher: str,
+    scratch: Path,
+) -> list[RunResult]:
     results: list[RunResult] = []
     pending = list(batch)
     while pending:
@@ -158,7 +170,8 @@ def _run_batch(
         # Each rank kills itself past its own deadline (timeouts plus grace), runner or not.
         limits = ["--job-timeout-s", repr(timeout_s + GRACE_S)]
         limits += ["--launch-deadline", repr(now + launch_timeout_s + GRACE_S)]
-        argv = [*base, *limits, "--launched-at", repr(now)]
+        report = scratch / f"report-{len(results)}"  # each launch ends at least one job
+        argv = [*base, *limits, "--launched-at", repr(now), "--report-file", str(report)]
         env = job_env(max(job.config.threads for job, _ in pending))
         command = shlex.join(base)
         launched = time.monotonic()
@@ -177,9 +190,9 @@ def _run_batch(
                     failure = (Status.TIMED_OUT, f"did not {what}; process group killed")
                     break
                 if kind == "eof":
-                    failure = (Status.FAILED, proc.stderr_text() or "rank program exited early")
+                    failure = _early_exit(report, proc.stderr_text())
                     break
-                event = _parse(line or "")
+                event = protocol.parse(line or "")
                 if event is None:
                     continue
                 name = event.get("event")

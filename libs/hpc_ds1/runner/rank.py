@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import ctypes
 import gc
-import json
 import os
 import signal
 import sys
@@ -26,7 +25,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-PREFIX = "@@HPCDS1 "
+from hpc_ds1.runner import protocol
+
 PR_SET_PDEATHSIG = 1
 WATCH_S = 0.5
 
@@ -55,7 +55,7 @@ def alarm_in(seconds: float) -> None:
 
 
 def emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(PREFIX + json.dumps(event) + "\n")
+    sys.stdout.write(protocol.encode(event))
     sys.stdout.flush()
 
 
@@ -111,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--launched-at", type=float, default=None)
     parser.add_argument("--launch-deadline", type=float, default=None, help="epoch seconds")
     parser.add_argument("--job-timeout-s", type=float, default=None)
+    parser.add_argument("--report-file", default=None, help="where a failing job's error goes")
     args = parser.parse_args(argv)
     die_with_parent()
     if args.launch_deadline is not None:
@@ -134,16 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             outcome = run_job(comm, spec)
         except Exception as error:
+            failed = {
+                "event": "error",
+                "index": index,
+                "rank": rank,
+                "error": f"{type(error).__name__}: {error}",
+            }
+            protocol.report(args.report_file, failed)
             traceback.print_exc()
             sys.stderr.flush()
-            emit(
-                {
-                    "event": "error",
-                    "index": index,
-                    "rank": rank,
-                    "error": f"{type(error).__name__}: {error}",
-                }
-            )
+            emit(failed)
             comm.Abort(3)
             return 3
         if rank == 0:
