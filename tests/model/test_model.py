@@ -328,3 +328,52 @@ def test_bad_state_input_is_rejected(bad: dict[str, object]) -> None:
 def test_model_from_garbage_bytes_fails_clearly() -> None:
     with pytest.raises(Exception):
         Model.from_onnx(b"not an onnx file")
+
+
+def test_a_model_on_every_column_and_the_default_one_are_each_fed_their_own_columns(
+    measurements: list[Measurement], fp: Fingerprint, model: Model
+) -> None:
+    """A model file names the columns it was trained on; this version feeds it those and no
+    others, and ONNX still equals scikit-learn on them. The default file has the columns of
+    every file written before the working-set ones (older versions load it)."""
+    from hpc_ds1.model import features as ft
+    from hpc_ds1.model import train
+
+    assert model.metadata["features"] == list(ft.LEGACY_STATE_FEATURES)
+    assert model.metadata["n_base"] == len(ft.DEFAULT_BASE_FEATURES)
+    wide = train(measurements, fp, seed=0, features=list(ft.BASE_FEATURES))
+    assert wide.metadata["features"] == list(ft.STATE_FEATURES)
+    assert wide.metadata["n_base"] == ft.N_BASE
+    loaded = Model.from_onnx(wide.to_onnx())
+    states = training_states(measurements)
+    for trained, each in ((wide, loaded), (None, model)):
+        X = np.vstack([each.state_features(s) for s in states])
+        assert X.shape[1] == len(each.metadata["features"])
+        if trained is not None:
+            proba, runtime, _ = each.raw(X)
+            sk_proba, sk_runtime, _ = trained.sklearn_outputs(X)
+            assert np.abs(proba - sk_proba).max() < 1e-5
+            assert np.abs(runtime[:, 0] - sk_runtime).max() < 1e-4
+        d = each.decide(states[0].model_copy(update={"runtime_s": None, "throughput": None}))
+        assert d.choice in ALL_ACTIONS
+    # the working-set columns are what their names say
+    s0 = states[0]
+    work = ft.registry_work(s0.workload, s0.size)
+    assert work is not None
+    row = ft.row(work, s0.config, ft.registry_tiles(s0.workload), loaded.metadata["machine"])
+    per_rank, per_worker = row[ft.N_BASE - 2 : ft.N_BASE]
+    assert per_rank == pytest.approx(work[2] * math.log2(10) - math.log2(s0.config.ranks))
+    assert per_rank - per_worker == pytest.approx(math.log2(s0.config.threads))
+    full = loaded.state_features(s0)[0].tolist()
+    assert full[: ft.N_BASE] == pytest.approx(row[: ft.N_BASE], abs=1e-5)
+
+
+def test_features_a_version_does_not_compute_are_refused_in_words() -> None:
+    from hpc_ds1.model import features as ft
+    from hpc_ds1.model.training import feature_layout
+
+    with pytest.raises(ValueError, match="does not compute \\(log2_cache_misses\\)"):
+        ft.Layout([*ft.STATE_FEATURES, "log2_cache_misses"], ft.N_BASE)
+    with pytest.raises(ValueError, match="accepted are a non-empty subset of log10_flops"):
+        feature_layout(["log2_size", "flops"])
+    assert feature_layout(["log2_size", "log10_flops"]).names[:2] == ("log10_flops", "log2_size")

@@ -27,6 +27,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
+from hpc_ds1.model.relative import SizeRelative
 from hpc_ds1.space import ALL_ACTIONS
 
 Array = npt.NDArray[Any]
@@ -89,6 +90,21 @@ def regressor_candidates(seed: int) -> dict[str, Callable[[], BaseEstimator]]:
             n_estimators=100, min_samples_leaf=1, max_features=0.7, random_state=seed, n_jobs=2
         ),
         "ridge": lambda: make_pipeline(StandardScaler(), Ridge(alpha=1.0)),
+        # the size's scale apart from each configuration's relative runtime (relative.py): a
+        # tree then only has to carry the order of the configurations across sizes
+        "gradient_boosting_relative": lambda: SizeRelative(
+            GradientBoostingRegressor(
+                n_estimators=200, max_depth=3, learning_rate=0.1, random_state=seed
+            )
+        ),
+        "ridge_poly2_relative": lambda: SizeRelative(
+            make_pipeline(StandardScaler(), PolynomialFeatures(degree=2), Ridge(alpha=1.0))
+        ),
+        "random_forest_relative": lambda: SizeRelative(
+            RandomForestRegressor(
+                n_estimators=100, min_samples_leaf=1, max_features=0.7, random_state=seed, n_jobs=2
+            )
+        ),
         # pairwise interactions (ranks x size, threads x intensity, ...): where the best
         # configuration crosses over between sizes, a linear model cannot follow
         "ridge_poly2": lambda: make_pipeline(
@@ -218,11 +234,15 @@ def ranked(results: dict[str, dict[str, Any]]) -> list[str]:
 def regression_scores(
     pred: Array, target: Array, keys: Sequence[tuple[str, int]]
 ) -> dict[str, float]:
-    """RMSE in log10 runtime, median relative error, and System 1 regret: per held-out
-    (workload, size), runtime of the predicted-best config over the measured best."""
+    """RMSE in log10 runtime, median relative error, System 1 regret (per held-out (workload,
+    size), runtime of the predicted-best config over the measured best), and the pairwise order:
+    of every two configurations of one size, the share the prediction puts in the measured
+    order, each pair weighted by how far apart they measured (a near tie hardly counts; a pair
+    a decision would get badly wrong counts most)."""
     err = pred - target
     rel = np.abs(10.0**err - 1.0)
     regrets: list[float] = []
+    agree = weight = 0.0
     by_key: dict[tuple[str, int], list[int]] = {}
     for i, k in enumerate(keys):
         by_key.setdefault(k, []).append(i)
@@ -230,22 +250,60 @@ def regression_scores(
         idx = np.asarray(rows)
         chosen = idx[int(np.argmin(pred[idx]))]
         regrets.append(float(10.0 ** (target[chosen] - target[idx].min())))
+        true_gap = target[idx][:, None] - target[idx][None, :]
+        pred_gap = pred[idx][:, None] - pred[idx][None, :]
+        w = np.triu(np.abs(true_gap), k=1)
+        agree += float(np.sum(w * (np.sign(pred_gap) == np.sign(true_gap))))
+        weight += float(np.sum(w))
     return {
         "rmse_log10": round(float(math.sqrt(np.mean(err**2))), 5),
         "median_relative_error": round(float(np.median(rel)), 5),
         "p90_relative_error": round(float(np.quantile(rel, 0.9)), 5),
         "system1_mean_slowdown_vs_best": round(float(np.mean(regrets)), 5),
         "system1_pct_of_best": round(float(100.0 * np.mean([1.0 / r for r in regrets])), 3),
+        "pairwise_order": round(agree / weight, 5) if weight > 0 else 1.0,
     }
 
 
+# How the runtime model is chosen among the candidates, from their leave-one-size-out scores:
+# name -> (what it says, the sort key: lower is better, ties to the lower RMSE).
+RUNTIME_SELECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], tuple[float, ...]]]] = {
+    "rmse": (
+        "lowest leave-one-size-out RMSE of log10 runtime",
+        lambda s: (s["rmse_log10"],),
+    ),
+    "order": (
+        "highest leave-one-size-out pairwise order (weighted by the measured gap)",
+        lambda s: (-s["pairwise_order"], s["rmse_log10"]),
+    ),
+}
+
+
 def choose_regressor(
-    X: Array, y: Array, groups: Array, keys: Sequence[tuple[str, int]], seed: int
+    X: Array,
+    y: Array,
+    groups: Array,
+    keys: Sequence[tuple[str, int]],
+    seed: int,
+    selection: str = "rmse",
+    names: Sequence[str] | None = None,
 ) -> tuple[str, dict[str, dict[str, Any]], float]:
-    """Lowest out-of-fold RMSE of log10 runtime wins; returns its RMSE too (used by System 1's
-    confidence)."""
+    """The candidate `selection` (RUNTIME_SELECTIONS) prefers among `names` (default: every
+    one of regressor_candidates); returns its RMSE too (used by System 1's confidence)."""
+    if selection not in RUNTIME_SELECTIONS:
+        raise ValueError(
+            f"runtime selection {selection!r}: accepted are {', '.join(RUNTIME_SELECTIONS)}"
+        )
     results: dict[str, dict[str, Any]] = {}
-    for name, factory in regressor_candidates(seed).items():
+    candidates = regressor_candidates(seed)
+    unknown = sorted(set(names or ()) - set(candidates))
+    if unknown:
+        raise ValueError(
+            f"runtime model candidates {unknown}: accepted are {', '.join(candidates)}"
+        )
+    for name, factory in candidates.items():
+        if names is not None and name not in names:
+            continue
         started = time.perf_counter()
         oof = np.zeros(len(y))
         for train, test in group_splits(groups):
@@ -255,5 +313,6 @@ def choose_regressor(
         scores: dict[str, Any] = dict(regression_scores(oof, y, keys))
         scores["cv_seconds"] = round(time.perf_counter() - started, 3)
         results[name] = scores
-    best = min(results, key=lambda n: results[n]["rmse_log10"])
+    rank = RUNTIME_SELECTIONS[selection][1]
+    best = min(results, key=lambda n: rank(results[n]))
     return best, results, float(results[best]["rmse_log10"])

@@ -1,6 +1,9 @@
-"""Feature vectors: work per size (not the workload's name), configuration, machine, telemetry.
+"""Feature vectors: work per size (not the workload's name), configuration, machine, working set
+per rank and per worker, telemetry.
 
-Column layout: BASE (runtime model and familiarity guard) then TELEMETRY (move model only)."""
+Column layout: BASE (runtime model and familiarity guard) then TELEMETRY (move model only). A
+model file names its columns (metadata "features", "n_base"); a file trained before a column
+was added is fed the columns it names (`Layout`)."""
 
 from __future__ import annotations
 
@@ -17,8 +20,13 @@ from hpc_ds1.space import Config
 WORK_FEATURES = ("log10_flops", "log10_bytes", "log10_memory", "log10_intensity", "log2_size")
 CONFIG_FEATURES = ("log2_ranks", "log2_threads", "log2_tile", "tile_pos", "gpu", "workers_per_cpu")
 MACHINE_FEATURES = ("logical_cpus", "physical_cores", "log2_memory_gib", "gpus")
+# What decides where a configuration's order turns between sizes: the data each rank and each
+# worker (rank x thread) holds against the caches, a product of size and configuration that a
+# tree cannot split on from log memory and log ranks apart. The model is per device, so the
+# cache sizes themselves are constant and need no column.
+WORKING_SET_FEATURES = ("log2_bytes_per_rank", "log2_bytes_per_worker")
 TELEMETRY_FEATURES = ("log10_runtime", "log10_throughput", "has_telemetry")
-BASE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES)
+BASE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES, *WORKING_SET_FEATURES)
 STATE_FEATURES = (*BASE_FEATURES, *TELEMETRY_FEATURES)
 N_WORK = len(WORK_FEATURES)
 N_BASE = len(BASE_FEATURES)
@@ -95,6 +103,15 @@ def config_vector(config: Config, tiles: Sequence[int] | None, logical_cpus: flo
     ]
 
 
+def working_set_vector(work: Sequence[float], config: Config) -> list[float]:
+    """log2 bytes per rank and per worker, from the work's log10 memory (WORK_FEATURES[2])."""
+    log2_bytes = float(work[2]) * math.log2(10.0)
+    return [
+        log2_bytes - math.log2(config.ranks),
+        log2_bytes - math.log2(config.ranks * config.threads),
+    ]
+
+
 def telemetry_vector(runtime_s: float | None, throughput: float | None) -> list[float]:
     if runtime_s is None or runtime_s <= 0:
         return [0.0, 0.0, 0.0]
@@ -115,9 +132,49 @@ def row(
         *work,
         *config_vector(config, tiles, machine[0]),
         *machine,
+        *working_set_vector(work, config),
         *telemetry_vector(runtime_s, throughput),
     ]
 
 
 def as_matrix(rows: Sequence[Sequence[float]]) -> FloatArray:
     return np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)
+
+
+class Layout:
+    """The columns one model file was trained on, taken out of this version's full rows: every
+    name the file lists must be one this version computes (a newer file is refused in words)."""
+
+    def __init__(self, names: Sequence[str] | None, n_base: int | None) -> None:
+        names = list(names) if names else list(LEGACY_STATE_FEATURES)
+        unknown = [n for n in names if n not in STATE_FEATURES]
+        if unknown:
+            raise ValueError(
+                f"this model file uses features this version of hpc-ds1 does not compute "
+                f"({', '.join(unknown)}): upgrade hpc-ds1, or train a model with this version "
+                "(hpc-ds1 setup)"
+            )
+        self.names = tuple(names)
+        self.n_base = int(n_base) if n_base is not None else len(DEFAULT_BASE_FEATURES)
+        self.n_state = len(names)
+        self.current = self.names == STATE_FEATURES
+        self._state = [STATE_FEATURES.index(n) for n in names]
+        self._base = self._state[: self.n_base]
+
+    def state(self, row: Sequence[float]) -> list[float]:
+        """The file's columns of one full state row."""
+        return list(row) if self.current else [row[i] for i in self._state]
+
+    def base(self, row: Sequence[float]) -> list[float]:
+        """The file's BASE columns of one full row (state or base)."""
+        return list(row[:N_BASE]) if self.current else [row[i] for i in self._base]
+
+
+# The BASE columns a model trains on unless told otherwise: every column but the working set's.
+# On a full setup's development set the working-set columns changed no session and no System 1
+# pick (docs/evaluation.md section 8): the runtime models that win there (ridge over pairwise
+# products, a forest on the size-relative target) already span or split on them. A default file
+# keeps the columns of every file written before them, which older versions load.
+DEFAULT_BASE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES)
+# The columns of every model file written before WORKING_SET_FEATURES (2 Dec 2026).
+LEGACY_STATE_FEATURES = (*DEFAULT_BASE_FEATURES, *TELEMETRY_FEATURES)

@@ -80,6 +80,8 @@ class Model:
         self.sizes: dict[str, list[int]] = {w: list(v["sizes"]) for w, v in info.items()}
         self._tiles: dict[str, tuple[int, ...]] = {w: tuple(v["tiles"]) for w, v in info.items()}
         self._machine: list[float] = list(self.metadata["machine"])
+        # the columns this file was trained on (a file from before a column was added has fewer)
+        self.layout = ft.Layout(self.metadata.get("features"), self.metadata.get("n_base"))
         self._unknown_work: list[float] = list(self.metadata["unknown_work"])
         self.distance_threshold = float(self.metadata["distance_threshold"])
         self._rmse = float(self.metadata.get("runtime_rmse_log10") or 0.3)
@@ -178,13 +180,13 @@ class Model:
             state.runtime_s,
             state.throughput,
         )
-        return ft.as_matrix([r])
+        return ft.as_matrix([self.layout.state(r)])
 
     def raw(self, X: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], ...]:
         """The graph's outputs for state rows X (their BASE columns feed the runtime model and
         the guard): probabilities, log10 runtime, distance."""
         X = np.asarray(X, dtype=np.float32)
-        feed = {INPUT: X, CONFIGS: np.ascontiguousarray(X[:, : ft.N_BASE])}
+        feed = {INPUT: X, CONFIGS: np.ascontiguousarray(X[:, : self.layout.n_base])}
         return tuple(np.asarray(o) for o in self._session.run(OUTPUTS, feed))
 
     def _moves(self, space: ConfigSpace, config: Config) -> dict[str, Config]:
@@ -204,7 +206,7 @@ class Model:
             if len(self._base_rows) > CACHE_LIMIT:
                 self._base_rows.clear()
             work, _ = self._work(workload, size)
-            found = ft.row(work, config, self._tiles_of(workload), self._machine)[: ft.N_BASE]
+            found = self.layout.base(ft.row(work, config, self._tiles_of(workload), self._machine))
             self._base_rows[key] = found
         return found
 
@@ -213,7 +215,7 @@ class Model:
         if machine is None or machine == self._machine:
             return self._base_row(workload, size, config)
         work, _ = self._work(workload, size)
-        return ft.row(work, config, self._tiles_of(workload), machine)[: ft.N_BASE]
+        return self.layout.base(ft.row(work, config, self._tiles_of(workload), machine))
 
     # --- guard ----------------------------------------------------------------------------
     def _guard(self, workload: str, size: int, fingerprint: Any) -> tuple[list[str], bool]:
@@ -326,7 +328,7 @@ class Model:
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Predicted runtimes (s) and distances for `configs`, one batched forward pass."""
         C = ft.as_matrix([self._base(workload, size, c, fingerprint) for c in configs])
-        X = np.zeros((1, ft.N_STATE), dtype=np.float32)  # the move model is not needed here
+        X = np.zeros((1, self.layout.n_state), dtype=np.float32)  # no move model needed here
         _, runtime, distance = self._session.run(OUTPUTS, {INPUT: X, CONFIGS: C})
         return 10.0 ** runtime[:, 0].astype(np.float64), distance.astype(np.float64)
 

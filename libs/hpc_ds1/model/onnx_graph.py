@@ -16,6 +16,7 @@ import onnx
 from onnx import TensorProto, compose, helper, numpy_helper
 
 from hpc_ds1.model.guard import DistanceGuard
+from hpc_ds1.model.relative import SizeRelative
 
 OPSET = {"": 17, "ai.onnx.ml": 3}
 METADATA_KEY = "hpc_ds1"
@@ -83,24 +84,35 @@ def build(
     metadata: dict[str, Any],
 ) -> bytes:
     clf = compose.add_prefix(_convert(classifier, n_state, True), "mv_")
-    reg = compose.add_prefix(_convert(regressor, n_base, False), "rt_")
+    relative = isinstance(regressor, SizeRelative)
+    reg = compose.add_prefix(
+        _convert(regressor.relative_ if relative else regressor, n_base, False), "rt_"
+    )
     prob_out = next(o.name for o in clf.graph.output if o.name.endswith("probabilities"))
     reg_out = reg.graph.output[0].name
     g_nodes, g_inits = _guard_nodes(guard)
+    runtime_nodes = [*reg.graph.node]
+    parts = [clf, reg]
+    if relative:  # the size's scale plus the configuration's relative runtime
+        scale = compose.add_prefix(_convert(regressor.scale_, n_base, False), "rs_")
+        parts.append(scale)
+        runtime_nodes += [
+            helper.make_node("Identity", [CONFIGS], ["rs_X"]),
+            *scale.graph.node,
+            helper.make_node("Add", [reg_out, scale.graph.output[0].name], [RUNTIME]),
+        ]
+    else:
+        runtime_nodes.append(helper.make_node("Identity", [reg_out], [RUNTIME]))
     nodes = [
         helper.make_node("Identity", [INPUT], ["mv_X"]),
         helper.make_node("Identity", [CONFIGS], ["rt_X"]),
         *clf.graph.node,
         helper.make_node("Identity", [prob_out], [PROBABILITIES]),
-        *reg.graph.node,
-        helper.make_node("Identity", [reg_out], [RUNTIME]),
+        *runtime_nodes,
         *g_nodes,
     ]
-    inits = [
-        *clf.graph.initializer,
-        *reg.graph.initializer,
-        *g_inits,
-    ]
+    inits = [initializer for part in parts for initializer in part.graph.initializer]
+    inits += g_inits
     n_classes = len(classifier.classes_)
     graph = helper.make_graph(
         nodes,
@@ -117,7 +129,7 @@ def build(
         initializer=inits,
     )
     opsets: dict[str, int] = {}
-    for m in (clf, reg):
+    for m in parts:
         for op in m.opset_import:
             opsets[op.domain] = max(opsets.get(op.domain, 0), op.version)
     opsets[""] = max(opsets.get("", 0), OPSET[""])
@@ -126,7 +138,7 @@ def build(
         opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
         producer_name="hpc_ds1",
     )
-    model.ir_version = min(clf.ir_version, reg.ir_version) or model.ir_version
+    model.ir_version = min(m.ir_version for m in parts) or model.ir_version
     entry = model.metadata_props.add()
     entry.key = METADATA_KEY
     entry.value = json.dumps(metadata, sort_keys=True, separators=(",", ":"))

@@ -65,6 +65,7 @@ class TrainedModel:
         onnx_bytes: bytes,
         metrics: dict[str, Any],
     ) -> None:
+        self.n_base = int(metadata["n_base"])
         self.move_estimator = move_estimator
         self.runtime_estimator = runtime_estimator
         self.guard = guard
@@ -89,8 +90,8 @@ class TrainedModel:
         in classes order), log10 runtime, distance."""
         X = np.asarray(X, dtype=np.float32)
         proba = np.asarray(self.move_estimator.predict_proba(X))
-        runtime = np.asarray(self.runtime_estimator.predict(X[:, : ft.N_BASE]))
-        return proba, runtime, self.guard.distance(X[:, : ft.N_BASE])
+        runtime = np.asarray(self.runtime_estimator.predict(X[:, : self.n_base]))
+        return proba, runtime, self.guard.distance(X[:, : self.n_base])
 
     def load(self) -> Any:
         from hpc_ds1.model.inference import Model
@@ -126,7 +127,9 @@ class _Rows:
         machine: list[float],
         tiles: dict[str, tuple[int, ...]],
         space_for: SpaceFor | None,
+        layout: ft.Layout,
     ) -> None:
+        self.layout = layout
         self.outcomes = outcomes
         self.labels = label_outcomes(outcomes, space_for)
         self.machine = machine
@@ -148,7 +151,7 @@ class _Rows:
             return None
         o = self.outcomes[key]
         rt, tp = (o.runtime_s, o.throughput) if telemetry else (None, None)
-        return ft.row(w, config, self.tiles.get(workload), self.machine, rt, tp)
+        return self.layout.state(ft.row(w, config, self.tiles.get(workload), self.machine, rt, tp))
 
     def space(self, workload: str) -> Any:
         if workload not in self._spaces:
@@ -192,7 +195,7 @@ class _Rows:
             r = self.state_row(key, False)
             if r is None:
                 continue
-            rows.append(r[: ft.N_BASE])
+            rows.append(r[: self.layout.n_base])
             ys.append(np.log10(o.runtime_s))
             keys.append(key)
         return ft.as_matrix(rows), np.asarray(ys, dtype=np.float64), keys
@@ -234,7 +237,8 @@ def _oof_deltas(
             assert work is not None  # states of unregistered workloads have no rows
             moves = neighbours(config, rows.space(workload))
             for c in (config, *moves.values()):
-                batch.append(ft.row(work, c, rows.tiles.get(workload), rows.machine)[: ft.N_BASE])
+                full = ft.row(work, c, rows.tiles.get(workload), rows.machine)
+                batch.append(rows.layout.base(full))
             where.append((i, list(moves)))
         predicted = np.asarray(model.predict(ft.as_matrix(batch)), dtype=np.float64)
         at = 0
@@ -435,6 +439,8 @@ def _size_groups(keys: Sequence[StateKey], sizes: dict[str, list[int]]) -> Array
 def _single_threaded(model: Any) -> Any:
     """Fitted with 2 jobs; predicting one row is faster without a thread pool."""
     inner = [c.estimator for c in getattr(model, "calibrated_classifiers_", [])]
+    if hasattr(model, "relative_"):  # relative.SizeRelative: its fitted tree
+        inner.append(model.relative_)
     for m in (model, *inner):
         keys = [k for k in m.get_params() if k == "n_jobs" or k.endswith("__n_jobs")]
         if keys:
@@ -454,12 +460,13 @@ def _held_out_eval(
     space_for: SpaceFor | None,
     move_model: Any,
     runtime_model: Any,
+    layout: ft.Layout,
 ) -> dict[str, Any] | None:
     """Scores of the final models on the held-out sizes (never used in training)."""
     if not held:
         return None
     outcomes = aggregate(m.model_copy(update={"held_out": False}) for m in held)
-    rows = _Rows(outcomes, machine, tiles, space_for)
+    rows = _Rows(outcomes, machine, tiles, space_for, layout)
     out: dict[str, Any] = {}
     X, y, mask, tele, _ = rows.classification()
     if len(y):
@@ -474,6 +481,21 @@ def _held_out_eval(
     return out
 
 
+def feature_layout(base: Sequence[str] | None) -> ft.Layout:
+    """The columns of a model trained on the BASE columns `base` (None: the default ones,
+    features.DEFAULT_BASE_FEATURES), telemetry after."""
+    if base is None:
+        base = ft.DEFAULT_BASE_FEATURES
+    unknown = [n for n in base if n not in ft.BASE_FEATURES]
+    if unknown or not base:
+        raise ValueError(
+            f"features {list(base)!r}: accepted are a non-empty subset of "
+            f"{', '.join(ft.BASE_FEATURES)}"
+        )
+    names = [n for n in ft.BASE_FEATURES if n in base]
+    return ft.Layout([*names, *ft.TELEMETRY_FEATURES], len(names))
+
+
 def train(
     measurements: Sequence[Measurement | Mapping[str, Any]],
     fingerprint: Any,
@@ -483,6 +505,9 @@ def train(
     trained_at: str | None = None,
     candidates: Sequence[str] | None = None,
     calibrate_on: str = "not_slower",
+    runtime_selection: str = "order",
+    features: Sequence[str] | None = None,
+    runtime_candidates: Sequence[str] | None = None,
 ) -> TrainedModel:
     """Train on the ok, not held-out measurements of one device (`fingerprint`: a Fingerprint).
     A measurement at a registered workload's held-out size counts as held out, flagged or not.
@@ -492,9 +517,20 @@ def train(
     come from `space_for(workload)` when given, else from the space the measurements span.
     `candidates` limits the move-model candidates compared (names in
     estimators.classifier_candidates); all by default. `calibrate_on`: what the confidence
-    states the chance of (calibration.TARGETS; "good" was the target before 1 Dec 2026)."""
+    states the chance of (calibration.TARGETS; "good" was the target before 1 Dec 2026).
+    `runtime_selection`: how the runtime model is chosen (estimators.RUNTIME_SELECTIONS).
+    `runtime_candidates`: the runtime models compared (names in
+    estimators.regressor_candidates); all by default. `features`: the BASE columns to train on
+    (features.BASE_FEATURES, in that order; default features.DEFAULT_BASE_FEATURES); telemetry
+    always follows."""
     if calibrate_on not in TARGETS:
         raise ValueError(f"calibrate_on={calibrate_on!r}: accepted are {', '.join(TARGETS)}")
+    if runtime_selection not in est.RUNTIME_SELECTIONS:
+        raise ValueError(
+            f"runtime_selection={runtime_selection!r}: accepted are "
+            f"{', '.join(est.RUNTIME_SELECTIONS)}"
+        )
+    layout = feature_layout(features)
     started = time.perf_counter()
     ms = [_coerce(m) for m in measurements]
     fp = (
@@ -510,7 +546,7 @@ def train(
         raise ValueError("no successful measurements to train on")
     sizes = {w: sorted({s for (x, s, _) in outcomes if x == w}) for w in measured}
     tiles = {w: _measured_space(outcomes, w).tiles for w in measured}
-    rows = _Rows(outcomes, machine, tiles, space_for)
+    rows = _Rows(outcomes, machine, tiles, space_for, layout)
     transfer_table = relative_table(outcomes)
 
     X, y, mask, tele, ckeys = rows.classification()
@@ -549,12 +585,19 @@ def train(
             },
         }
         rt_name, rt_cv, rt_rmse = est.choose_regressor(
-            Xr, yr, rgroups, [(w, s) for w, s, _ in rkeys], seed
+            Xr,
+            yr,
+            rgroups,
+            [(w, s) for w, s, _ in rkeys],
+            seed,
+            runtime_selection,
+            runtime_candidates,
         )
         runtime_metrics = {
             "chosen": rt_name,
-            "why": f"lowest leave-one-size-out RMSE of log10 runtime ({rt_rmse}) among "
-            f"{len(rt_cv)} candidates",
+            "selection": runtime_selection,
+            "why": f"{est.RUNTIME_SELECTIONS[runtime_selection][0]} (RMSE {rt_rmse}, pairwise "
+            f"order {rt_cv[rt_name]['pairwise_order']}) among {len(rt_cv)} candidates",
             "candidates": rt_cv,
             "rmse_log10": rt_rmse,
         }
@@ -644,7 +687,9 @@ def train(
             "training_rows_flagged": round(flagged, 5),
             "training_rows": len(guard.matrix),
         },
-        "held_out": _held_out_eval(held, machine, tiles, space_for, move_model, runtime_model),
+        "held_out": _held_out_eval(
+            held, machine, tiles, space_for, move_model, runtime_model, layout
+        ),
         "seed": seed,
     }
     metadata: dict[str, Any] = {
@@ -654,8 +699,8 @@ def train(
         "device_id": fp.get("device_id", ""),
         "fingerprint": fp,
         "machine": machine,
-        "features": list(ft.STATE_FEATURES),
-        "n_base": ft.N_BASE,
+        "features": list(layout.names),
+        "n_base": layout.n_base,
         "classes": [ALL_ACTIONS[int(c)] for c in move_model.classes_],
         "workloads": {
             w: {"range": [sizes[w][0], sizes[w][-1]], "sizes": sizes[w], "tiles": list(tiles[w])}
@@ -678,7 +723,7 @@ def train(
         "estimators": {"move": move_name, "runtime": rt_name},
         "metrics": metrics,
     }
-    data = build(move_model, runtime_model, guard, ft.N_STATE, ft.N_BASE, metadata)
+    data = build(move_model, runtime_model, guard, layout.n_state, layout.n_base, metadata)
     metrics["train_seconds"] = round(time.perf_counter() - started, 3)
     trained = TrainedModel(move_model, runtime_model, guard, metadata, data, metrics)
     metrics["version"] = trained.version
