@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from hpc_ds1.evaluation.compare import development_cells
+from hpc_ds1.evaluation.compare import cached_landscape, development_cells
 from hpc_ds1.evaluation.decisions import calibration_summary, check_cell
 from hpc_ds1.evaluation.plan import final_sizes
 from hpc_ds1.model import Measurement, Model, Thresholds, train
@@ -55,15 +55,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from hpc_ds1.api import load
-    from hpc_ds1.cli.common import load_settings
-
-    settings = load_settings(quiet=True)
-    home_model = load(settings.home, log_decisions=False)
-    rows = orjson.loads(args.cache.read_bytes())
-    observed = [Measurement.model_validate(r) for r in rows if r.get("purpose") != "truth"]
+    home, home_model, observed, _ = cached_landscape(args.cache)
     training = [m for m in observed if not m.held_out]
-    out: dict[str, Any] = {"home": str(settings.home), "training_rows": len(training)}
+    out: dict[str, Any] = {"home": str(home), "training_rows": len(training)}
     for target in TARGETS:
         started = time.perf_counter()
         trained = train(training, home_model.fingerprint, seed=args.seed, calibrate_on=target)

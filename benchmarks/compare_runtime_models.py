@@ -33,6 +33,7 @@ from hpc_ds1.evaluation.compare import (
     _row,
     _sessions,
     _system1,
+    cached_landscape,
     development_cells,
     paired_difference,
 )
@@ -109,14 +110,7 @@ def main() -> int:
     parser.add_argument("--train-seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from hpc_ds1.api import load
-    from hpc_ds1.cli.common import load_settings
-
-    settings = load_settings(quiet=True)
-    home_model = load(settings.home, log_decisions=False)
-    rows = orjson.loads(args.cache.read_bytes())
-    observed = [Measurement.model_validate(r) for r in rows if r.get("purpose") != "truth"]
-    truth_rows = [Measurement.model_validate(r) for r in rows if r.get("purpose") == "truth"]
+    home, home_model, observed, truth_rows = cached_landscape(args.cache)
     training = [m for m in observed if not m.held_out]
     models: dict[str, Model] = {}
     trained_info: dict[str, Any] = {}
@@ -143,7 +137,7 @@ def main() -> int:
             "train_seconds": round(time.perf_counter() - started, 1),
         }
     seeds = [int(s) for s in args.seeds.split(",")]
-    result = {"home": str(settings.home), "trained": trained_info}
+    result = {"home": str(home), "trained": trained_info}
     result |= replay(models, observed, truth_rows, seeds)
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())

@@ -12,6 +12,7 @@ import random
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from hpc_ds1.model import Measurement, Model, aggregate
@@ -302,3 +303,18 @@ def compare(
         "system1_by_weight": system1_by_weight(model, cells, truth),
         "transfer_weights": model.transfer_weights,
     }
+
+
+def cached_landscape(path: Path) -> tuple[Path, Model, list[Measurement], list[Measurement]]:
+    """The home (of $HPC_DS1_HOME), its model, and the observed and truth-pass measurements of
+    a cache that `benchmarks/compare_policies.py --cache` wrote."""
+    import orjson
+
+    from hpc_ds1.api import load
+    from hpc_ds1.cli.common import load_settings
+
+    home = load_settings(quiet=True).home
+    rows = orjson.loads(path.read_bytes())
+    observed = [Measurement.model_validate(r) for r in rows if r.get("purpose") != "truth"]
+    truth = [Measurement.model_validate(r) for r in rows if r.get("purpose") == "truth"]
+    return Path(home), load(home, log_decisions=False), observed, truth
