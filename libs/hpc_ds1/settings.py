@@ -88,6 +88,12 @@ class Settings(BaseSettings):
         "decision does not leave the job slower beyond the noise) or good (a move at most 2 % "
         "slower; fewer decisions run by themselves).",
     )
+    runtime_selection: Literal["order", "rmse"] = Field(
+        default="order",
+        description="How training chooses the runtime model: order (the best leave-one-size-out "
+        "order of the configurations of a size) or rmse (the lowest error of log runtime, the "
+        "choice before 2 Dec 2026; smaller model files).",
+    )
     launcher: Literal["mpiexec", "srun"] = Field(
         default="mpiexec",
         description="How a real run starts its ranks: mpiexec, or srun (a Slurm job step).",

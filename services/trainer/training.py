@@ -62,8 +62,13 @@ class Trainer:
                 "error": f"no measurements of device {device_id}: run hpc-ds1 setup",
             }
         fingerprint = Fingerprint.model_validate(raw_fingerprint)
+        settings = self.ctx.settings
         trained = await asyncio.to_thread(
-            train, usable, fingerprint, calibrate_on=self.ctx.settings.calibration_target
+            train,
+            usable,
+            fingerprint,
+            calibrate_on=settings.calibration_target,
+            runtime_selection=settings.runtime_selection,
         )
         data = trained.to_onnx()
         digest = hashlib.sha256(data).hexdigest()
