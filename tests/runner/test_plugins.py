@@ -82,6 +82,9 @@ def test_an_early_exit_says_the_reported_error_not_a_cut_stderr(tmp_path: Path) 
     protocol.report(str(report), {"event": "start", "index": 0})
     protocol.report(str(report), {"event": "error", "rank": 1, "error": "RuntimeError: x"})
     assert _early_exit(report, cut) == (Status.FAILED, "rank 1: RuntimeError: x")
+    # a report file that cannot be written costs the runner the file, never the rank its abort
+    protocol.report(str(tmp_path / "gone" / "report"), {"event": "error"})
+    assert not (tmp_path / "gone").exists()
 
 
 def test_entry_point_group_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:

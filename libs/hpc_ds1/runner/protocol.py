@@ -7,6 +7,7 @@ is not."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -31,14 +32,16 @@ def parse(line: str) -> dict[str, Any] | None:
 
 
 def report(path: str | None, event: dict[str, Any]) -> None:
-    """Append `event` to the report file in one write (O_APPEND: ranks do not interleave)."""
+    """Append `event` to the report file in one write (O_APPEND: ranks do not interleave).
+    Never raises: a failing rank must still reach its abort (stdout and stderr remain)."""
     if not path:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, encode(event).encode())
-    finally:
-        os.close(fd)
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, encode(event).encode())
+        finally:
+            os.close(fd)
 
 
 def reported_error(path: Path) -> dict[str, Any] | None:
