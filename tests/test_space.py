@@ -43,8 +43,53 @@ def test_moves_and_stop() -> None:
     assert set(MOVES) == {
         "RANKS_UP", "RANKS_DOWN", "THREADS_UP", "THREADS_DOWN",
         "TILE_UP", "TILE_DOWN", "USE_GPU", "USE_CPU",
-        "RANKS_UP_THREADS_DOWN", "RANKS_DOWN_THREADS_UP",
+        "RANKS_UP_THREADS_DOWN", "RANKS_DOWN_THREADS_UP", "BLOCK_UP", "BLOCK_DOWN",
     }  # fmt: skip
+
+
+def test_a_space_without_block_is_the_space_before_the_knob() -> None:
+    s = space()
+    assert s.blocks == (0,) and s.default_block == 0
+    assert all(c.block == 0 for c in s.configs())
+    assert "BLOCK_UP" not in neighbours(Config(ranks=1, threads=1, tile=64), s)
+    assert s.problem(Config(ranks=1, threads=1, tile=64, block=64)) == (
+        "block=64 is not accepted: this workload's kernel has no block"
+    )
+    # a configuration recorded before the knob (no block field) is the same configuration
+    assert Config.model_validate({"ranks": 1, "threads": 2, "tile": 64}) == Config(
+        ranks=1, threads=2, tile=64, block=0
+    )
+    assert Config(ranks=1, threads=2, tile=64).label() == "ranks=1 threads=2 tile=64 gpu=False"
+
+
+def test_block_is_a_dimension_with_its_moves() -> None:
+    s = ConfigSpace.for_cpus(2, TILES, blocks=(16, 64, 256), default_block=64)
+    assert len(s.configs()) == 5 * len(TILES) * 3
+    assert s.default().block == 64
+    c = Config(ranks=2, threads=1, tile=64, block=64)
+    got = neighbours(c, s)
+    assert got["BLOCK_UP"] == c.model_copy(update={"block": 256})
+    assert got["BLOCK_DOWN"] == c.model_copy(update={"block": 16})
+    assert "BLOCK_UP" not in neighbours(c.model_copy(update={"block": 256}), s)
+    assert s.problem(c.model_copy(update={"block": 32})) == (
+        "block=32 is not accepted; block must be one of [16, 64, 256]"
+    )
+    assert c.label() == "ranks=2 threads=1 tile=64 block=64 gpu=False"
+    # the runnable space takes block 0 (how a job ran before the knob) and moves back from it
+    wide = s.runnable()
+    legacy = Config(ranks=1, threads=2, tile=64)
+    assert wide.contains(legacy) and not s.contains(legacy)
+    assert apply_move(legacy, "BLOCK_UP", wide) == legacy.model_copy(update={"block": 16})
+
+
+def test_registered_blocked_workloads_have_their_block_in_the_space() -> None:
+    from hpc_ds1.workloads import get_workload
+
+    wl = get_workload("stencil")
+    s = ConfigSpace.for_device(workload="stencil")
+    assert wl.has_block and s.blocks == wl.blocks == (0, 2, 4) and s.default().block == 0
+    for name in ("gemm", "nbody", "montecarlo"):
+        assert ConfigSpace.for_device(workload=name).blocks == (0,)
 
 
 def test_neighbours_one_change_each_and_only_feasible() -> None:

@@ -17,8 +17,12 @@ PUBLISH_RETRY_DELAYS_S = (1.0, 4.0)
 
 
 def config_key(config: Config) -> str:
-    """A short, subject-safe name of a configuration, e.g. r2-t1-k128-cpu."""
-    return f"r{config.ranks}-t{config.threads}-k{config.tile}-{'gpu' if config.gpu else 'cpu'}"
+    """A short, subject-safe name of a configuration, e.g. r2-t1-k128-cpu (r2-t1-k128-b64-cpu
+    with a block)."""
+    block = f"-b{config.block}" if config.block else ""
+    return (
+        f"r{config.ranks}-t{config.threads}-k{config.tile}{block}-{'gpu' if config.gpu else 'cpu'}"
+    )
 
 
 def measurement_event(

@@ -96,9 +96,10 @@ def as_text(rec: dict[str, Any]) -> str:
     """One line a person reads, and the reasons when it is not auto."""
     c = rec["config"]
     gpu = " gpu" if c.get("gpu") else ""
+    block = f" block={c['block']}" if c.get("block") else ""
     line = (
         f"{rec['workload']} {rec['size']}: ranks={c['ranks']} threads={c['threads']} "
-        f"tile={c['tile']}{gpu} · expected {rec['predicted_runtime_s']:.4g} s · confidence "
+        f"tile={c['tile']}{block}{gpu} · expected {rec['predicted_runtime_s']:.4g} s · confidence "
         f"{rec['confidence']:.2f} · {rec['mode']} · model {rec['model_version']}"
     )
     if rec["reasons"]:
@@ -115,6 +116,7 @@ def as_env(rec: dict[str, Any]) -> str:
         "HPC_DS1_THREADS": c["threads"],
         "OMP_NUM_THREADS": c["threads"],
         "HPC_DS1_TILE": c["tile"],
+        "HPC_DS1_BLOCK": c.get("block", 0),
         "HPC_DS1_GPU": 1 if c.get("gpu") else 0,
         "HPC_DS1_MODE": rec["mode"],
         "HPC_DS1_CONFIDENCE": f"{rec['confidence']:.4f}",

@@ -63,13 +63,19 @@ Size = Annotated[int, Field(gt=0, le=MAX_SIZE, strict=True)]
 
 
 class ConfigIn(BaseModel):
-    """A configuration as a user writes it; `tile` defaults to the workload's default tile."""
+    """A configuration as a user writes it; `tile` and `block` default to the workload's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     ranks: int = Field(ge=1, le=4096)
     threads: int = Field(ge=1, le=4096)
     tile: int | None = Field(default=None, ge=1, le=MAX_TILE)
+    block: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TILE,
+        description="The kernel's second block (gemm, nbody); 0: the kernel's fixed one.",
+    )
     gpu: bool = False
 
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 if TYPE_CHECKING:
     from hpc_ds1.hardware import Fingerprint
@@ -17,6 +23,10 @@ THREADS_UP = "THREADS_UP"
 THREADS_DOWN = "THREADS_DOWN"
 TILE_UP = "TILE_UP"
 TILE_DOWN = "TILE_DOWN"
+# The kernel's second blocking dimension (gemm's rows of A per packed block, nbody's bodies per
+# i-block), for workloads that have one.
+BLOCK_UP = "BLOCK_UP"
+BLOCK_DOWN = "BLOCK_DOWN"
 USE_GPU = "USE_GPU"
 USE_CPU = "USE_CPU"
 # A rank traded for threads, or threads for a rank, at the same ranks x threads: the split an
@@ -27,7 +37,7 @@ RANKS_DOWN_THREADS_UP = "RANKS_DOWN_THREADS_UP"
 STOP = "STOP"
 MOVES: tuple[str, ...] = (
     RANKS_UP, RANKS_DOWN, THREADS_UP, THREADS_DOWN, TILE_UP, TILE_DOWN, USE_GPU, USE_CPU,
-    RANKS_UP_THREADS_DOWN, RANKS_DOWN_THREADS_UP,
+    RANKS_UP_THREADS_DOWN, RANKS_DOWN_THREADS_UP, BLOCK_UP, BLOCK_DOWN,
 )  # fmt: skip
 TRADES: dict[str, int] = {RANKS_UP_THREADS_DOWN: 1, RANKS_DOWN_THREADS_UP: -1}
 ALL_ACTIONS: tuple[str, ...] = (*MOVES, STOP)
@@ -35,16 +45,29 @@ OVERSUBSCRIPTION = 2  # ranks x threads may reach this many times the logical CP
 
 
 class Config(BaseModel):
-    """One configuration of a job: MPI ranks, numba threads per rank, kernel tile, GPU or not."""
+    """One configuration of a job: MPI ranks, numba threads per rank, kernel tile, the kernel's
+    second block (0: the kernel's fixed one, as before the knob; every configuration recorded
+    before it has 0), GPU or not."""
 
     model_config = ConfigDict(frozen=True)
     ranks: int = Field(ge=1)
     threads: int = Field(ge=1)
     tile: int = Field(ge=1)
+    block: int = Field(default=0, ge=0)
     gpu: bool = False
 
+    @model_serializer(mode="wrap")
+    def _without_block_0(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Block 0 is left out: a configuration is recorded as every one was before the block
+        was a knob, and a workload without a block never shows one."""
+        out: dict[str, Any] = handler(self)
+        if not out.get("block"):
+            out.pop("block", None)
+        return out
+
     def label(self) -> str:
-        return f"ranks={self.ranks} threads={self.threads} tile={self.tile} gpu={self.gpu}"
+        block = f" block={self.block}" if self.block else ""
+        return f"ranks={self.ranks} threads={self.threads} tile={self.tile}{block} gpu={self.gpu}"
 
 
 class InfeasibleConfig(ValueError):
@@ -77,8 +100,8 @@ def counts(limit: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class ConfigSpace:
     """ranks, threads: powers of two and the usable CPUs' halving chain (`counts`);
-    ranks x threads <= max_workers; tiles per workload; gpu
-    only when the device has one (one rank per GPU)."""
+    ranks x threads <= max_workers; tiles and blocks per workload (blocks (0,): the kernel has
+    no second block); gpu only when the device has one (one rank per GPU)."""
 
     ranks: tuple[int, ...]
     threads: tuple[int, ...]
@@ -86,6 +109,8 @@ class ConfigSpace:
     gpus: int = 0
     max_workers: int = 0
     default_tile: int | None = None
+    blocks: tuple[int, ...] = (0,)
+    default_block: int = 0
 
     @classmethod
     def for_device(cls, fp: Fingerprint | None = None, workload: object = None) -> ConfigSpace:
@@ -95,30 +120,45 @@ class ConfigSpace:
 
             fp = fingerprint()
         tiles: tuple[int, ...] = (1,)
-        default_tile = None
+        blocks: tuple[int, ...] = (0,)
+        default_tile, default_block = None, 0
         if workload is not None:
             from hpc_ds1.workloads import Workload, get_workload
 
             wl = workload if isinstance(workload, Workload) else get_workload(str(workload))
             tiles, default_tile = wl.tiles, wl.default_tile
-        space = cls.for_cpus(fp.cpus, tiles, gpus=len(fp.gpus))
+            blocks, default_block = wl.blocks, wl.default_block
+        space = cls.for_cpus(fp.cpus, tiles, len(fp.gpus), blocks, default_block)
         return replace(space, default_tile=default_tile)
 
     @classmethod
-    def for_cpus(cls, logical_cpus: int, tiles: Sequence[int], gpus: int = 0) -> ConfigSpace:
+    def for_cpus(
+        cls,
+        logical_cpus: int,
+        tiles: Sequence[int],
+        gpus: int = 0,
+        blocks: Sequence[int] = (0,),
+        default_block: int | None = None,
+    ) -> ConfigSpace:
         """The space of `logical_cpus` usable CPUs (the allocation's, not the box's)."""
         workers = OVERSUBSCRIPTION * max(logical_cpus, 1)
+        ordered = tuple(sorted(set(blocks))) or (0,)
+        if default_block not in ordered:
+            default_block = ordered[(len(ordered) - 1) // 2]
         return cls(
             ranks=counts(workers),
             threads=counts(max(logical_cpus, 1)),
             tiles=tuple(sorted(set(tiles))),
             gpus=gpus,
             max_workers=workers,
+            blocks=ordered,
+            default_block=default_block,
         )
 
     def runnable(self) -> ConfigSpace:
         """Wider than the tuned space: what a user's job may already be using (up to twice the
-        oversubscription), so a decision can start from it and move back into the space."""
+        oversubscription, and block 0: the kernel's fixed block, as every job ran before the
+        block was a knob), so a decision can start from it and move back into the space."""
         cpus = max(1, self.max_workers // OVERSUBSCRIPTION)
         workers = 2 * self.max_workers
         return replace(
@@ -126,6 +166,7 @@ class ConfigSpace:
             ranks=counts(workers),
             threads=counts(OVERSUBSCRIPTION * cpus),
             max_workers=workers,
+            blocks=tuple(sorted({0, *self.blocks})),
         )
 
     @property
@@ -143,6 +184,10 @@ class ConfigSpace:
             )
         if config.tile not in self.tiles:
             return f"tile={config.tile} is not accepted; tile must be one of {list(self.tiles)}"
+        if config.block not in self.blocks:
+            if self.blocks == (0,):
+                return f"block={config.block} is not accepted: this workload's kernel has no block"
+            return f"block={config.block} is not accepted; block must be one of {list(self.blocks)}"
         if config.ranks * config.threads > self.max_workers:
             return (
                 f"ranks x threads = {config.ranks * config.threads} exceeds {self.max_workers} "
@@ -152,6 +197,11 @@ class ConfigSpace:
             return "gpu=True is not accepted: this device has no CUDA GPU"
         if config.gpu and config.ranks > self.gpus:
             return f"gpu=True accepts at most one rank per GPU: ranks <= {self.gpus}"
+        if config.gpu and config.block not in (0, self.blocks[0]):
+            # the GPU kernels have no block: other values would run the same job again
+            return (
+                f"gpu=True runs the GPU kernel, which has no block: block must be {self.blocks[0]}"
+            )
         return None
 
     def contains(self, config: Config) -> bool:
@@ -170,17 +220,19 @@ class ConfigSpace:
             for r in self.ranks:
                 for t in self.threads:
                     for tile in self.tiles:
-                        c = Config(ranks=r, threads=t, tile=tile, gpu=gpu)
-                        if self.contains(c):
-                            out.append(c)
+                        for block in self.blocks:
+                            c = Config(ranks=r, threads=t, tile=tile, block=block, gpu=gpu)
+                            if self.contains(c):
+                                out.append(c)
         return out
 
     def default(self, tile: int | None = None) -> Config:
-        """One rank using every core, the middle tile: a sensible starting point."""
+        """One rank using every core, the middle tile, the kernel's own block: a sensible
+        starting point."""
         threads = max(t for t in self.threads)
         middle = self.tiles[(len(self.tiles) - 1) // 2]
         chosen = tile if tile is not None else (self.default_tile or middle)
-        return Config(ranks=1, threads=threads, tile=chosen)
+        return Config(ranks=1, threads=threads, tile=chosen, block=self.default_block)
 
 
 def _step(values: tuple[int, ...], current: int, direction: int) -> int | None:
@@ -213,6 +265,7 @@ def apply_move(config: Config, move: str, space: ConfigSpace) -> Config | None:
     changes: dict[str, object] = {}
     axis = {"RANKS": ("ranks", space.ranks), "THREADS": ("threads", space.threads)}
     axis["TILE"] = ("tile", space.tiles)
+    axis["BLOCK"] = ("block", space.blocks)
     if move in (USE_GPU, USE_CPU):
         want = move == USE_GPU
         if config.gpu == want:

@@ -142,6 +142,7 @@ class Coordinator:
                 ranks=request.start.ranks,
                 threads=request.start.threads,
                 tile=request.start.tile or space.default().tile,
+                block=space.default_block if request.start.block is None else request.start.block,
                 gpu=request.start.gpu,
             )
         try:

@@ -284,12 +284,14 @@ class DecisionService:
             workload = get_workload(request.workload)
             space: ConfigSpace | None = ConfigSpace.for_device(fingerprint, workload)
             tile = request.config.tile or workload.default_tile
+            block = workload.default_block
         except UnknownWorkload:
-            workload, space, tile = None, None, request.config.tile or 1
+            workload, space, tile, block = None, None, request.config.tile or 1, 0
         config = Config(
             ranks=request.config.ranks,
             threads=request.config.threads,
             tile=tile,
+            block=block if request.config.block is None else request.config.block,
             gpu=request.config.gpu,
         )
         outside: str | None = None

@@ -120,6 +120,7 @@ class RanConfig(BaseModel):
     ranks: int = Field(ge=1, le=4096)
     threads: int = Field(ge=1, le=4096)
     tile: int = Field(ge=1, le=1 << 24)
+    block: int = Field(default=0, ge=0, le=1 << 24)
     gpu: bool = False
 
 

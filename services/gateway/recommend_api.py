@@ -40,6 +40,7 @@ class ConfigOut(BaseModel):
     ranks: int
     threads: int
     tile: int
+    block: int = 0
     gpu: bool
 
 

@@ -335,12 +335,17 @@ def test_a_model_on_every_column_and_the_default_one_are_each_fed_their_own_colu
 ) -> None:
     """A model file names the columns it was trained on; this version feeds it those and no
     others, and ONNX still equals scikit-learn on them. The default file has the columns of
-    every file written before the working-set ones (older versions load it)."""
+    every file written before the working-set ones, and the block's."""
     from hpc_ds1.model import features as ft
     from hpc_ds1.model import train
 
-    assert model.metadata["features"] == list(ft.LEGACY_STATE_FEATURES)
-    assert model.metadata["n_base"] == len(ft.DEFAULT_BASE_FEATURES)
+    legacy_base = [n for n in ft.LEGACY_STATE_FEATURES if n not in ft.TELEMETRY_FEATURES]
+    assert model.metadata["features"] == [
+        *legacy_base,
+        "log2_block",
+        *ft.TELEMETRY_FEATURES,
+    ]
+    assert model.metadata["n_base"] == len(ft.DEFAULT_BASE_FEATURES) == len(legacy_base) + 1
     wide = train(measurements, fp, seed=0, features=list(ft.BASE_FEATURES))
     assert wide.metadata["features"] == list(ft.STATE_FEATURES)
     assert wide.metadata["n_base"] == ft.N_BASE
@@ -361,7 +366,10 @@ def test_a_model_on_every_column_and_the_default_one_are_each_fed_their_own_colu
     work = ft.registry_work(s0.workload, s0.size)
     assert work is not None
     row = ft.row(work, s0.config, ft.registry_tiles(s0.workload), loaded.metadata["machine"])
-    per_rank, per_worker = row[ft.N_BASE - 2 : ft.N_BASE]
+    at = ft.BASE_FEATURES.index("log2_bytes_per_rank")
+    per_rank, per_worker = row[at : at + 2]
+    block = s0.config.block
+    assert row[ft.BASE_FEATURES.index("log2_block")] == (math.log2(block) if block else 0.0)
     assert per_rank == pytest.approx(work[2] * math.log2(10) - math.log2(s0.config.ranks))
     assert per_rank - per_worker == pytest.approx(math.log2(s0.config.threads))
     full = loaded.state_features(s0)[0].tolist()

@@ -1,5 +1,6 @@
 """Every built-in workload under real `mpiexec` ranks, in every configuration of this machine's
-space (ranks 1, 2, 4; threads 1, 2; each tile), on small sizes, checked for correctness."""
+space (ranks 1, 2, 4; threads 1, 2; each tile; each of the stencil's temporal blocks, whose
+halo planes come from the neighbouring ranks), on small sizes, checked for correctness."""
 
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ def test_all_configurations_run_correctly(results: list[RunResult]) -> None:
     assert results
     bad = [(r.workload, r.config.label(), r.status, r.error) for r in results if not r.ok]
     assert not bad
-    seen = {(r.workload, r.config.ranks, r.config.threads, r.config.tile) for r in results}
+    seen = {(r.workload, r.config) for r in results}
     for name in SMALL:
         for config in ConfigSpace.for_device(workload=name).configs():
-            assert (name, config.ranks, config.threads, config.tile) in seen
+            assert (name, config) in seen
+    assert {r.config.block for r in results if r.workload == "stencil"} == {0, 2, 4}
 
 
 def test_results_carry_measurements(results: list[RunResult]) -> None:

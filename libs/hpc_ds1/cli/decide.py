@@ -32,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--threads", required=True, type=int, help="threads per rank the job runs with now"
     )
     parser.add_argument("--tile", type=int, help="default: the workload's default tile")
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=None,
+        help="the kernel's second block, where it has one (default: the workload's)",
+    )
     parser.add_argument("--gpu", action="store_true", help="the job runs on the GPU now")
     parser.add_argument("--runtime-s", type=float, help="observed runtime: decide without running")
     parser.add_argument("--throughput", type=float, help="observed GFLOP/s or GB/s")
@@ -61,6 +67,8 @@ def build_request(args: argparse.Namespace) -> DecideRequest:
     }
     if args.tile is not None:
         body["config"]["tile"] = args.tile
+    if args.block is not None:
+        body["config"]["block"] = args.block
     if args.runtime_s is not None or args.throughput is not None:
         body["telemetry"] = {"runtime_s": args.runtime_s, "throughput": args.throughput}
     try:

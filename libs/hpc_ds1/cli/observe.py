@@ -30,6 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--ranks", required=True, type=int, help="MPI ranks it ran with")
     parser.add_argument("--threads", required=True, type=int, help="threads per rank")
     parser.add_argument("--tile", type=int, default=None, help="tile (default: the workload's)")
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=None,
+        help="the kernel's second block, where it has one (default: the workload's)",
+    )
     parser.add_argument("--gpu", action="store_true", help="it used the GPU kernels")
     parser.add_argument(
         "--runtime-s", required=True, type=float, help="measured runtime in seconds (> 0)"
@@ -59,8 +65,11 @@ def _measurement(args: argparse.Namespace) -> tuple[Any, Any]:
     if not math.isfinite(args.runtime_s) or args.runtime_s <= 0:
         raise UsageError(f"--runtime-s must be a positive number of seconds, not {args.runtime_s}")
     tile = args.tile if args.tile is not None else workload.default_tile
+    block = args.block if args.block is not None else workload.default_block
     try:
-        config = Config(ranks=args.ranks, threads=args.threads, tile=tile, gpu=args.gpu)
+        config = Config(
+            ranks=args.ranks, threads=args.threads, tile=tile, block=block, gpu=args.gpu
+        )
     except ValidationError as error:
         first = error.errors()[0]
         raise UsageError(f"--{first['loc'][0]}: {first['msg']}") from None

@@ -24,6 +24,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--ranks", type=int, default=1, help="MPI ranks (default 1)")
     parser.add_argument("--threads", type=int, default=None, help="numba threads per rank")
     parser.add_argument("--tile", type=int, default=None, help="tile (default: the workload's)")
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=None,
+        help="the kernel's second block, where it has one (default: the workload's)",
+    )
     parser.add_argument("--gpu", action="store_true", help="use the CUDA kernels")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
@@ -104,8 +110,9 @@ def _result(args: argparse.Namespace) -> Any:
     space = ConfigSpace.for_device(workload=workload)
     threads = args.threads if args.threads is not None else max(space.threads)
     tile = args.tile if args.tile is not None else workload.default_tile
+    block = args.block if args.block is not None else workload.default_block
     try:
-        config = Config(ranks=args.ranks, threads=threads, tile=tile, gpu=args.gpu)
+        config = Config(ranks=args.ranks, threads=threads, tile=tile, block=block, gpu=args.gpu)
     except ValidationError as error:
         first = error.errors()[0]
         raise UsageError(f"{first['loc'][0]}: {first['msg']}") from None

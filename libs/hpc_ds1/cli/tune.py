@@ -65,8 +65,10 @@ def parse_start(text: str | None) -> dict[str, Any] | None:
     for part in text.split(","):
         key, _, value = part.partition("=")
         key = key.strip()
-        if key not in ("ranks", "threads", "tile", "gpu") or not value:
-            raise UsageError(f"--start {text!r}: use key=value pairs of ranks, threads, tile, gpu")
+        if key not in ("ranks", "threads", "tile", "block", "gpu") or not value:
+            raise UsageError(
+                f"--start {text!r}: use key=value pairs of ranks, threads, tile, block, gpu"
+            )
         if key == "gpu":
             start[key] = value.strip().lower() in ("1", "true", "yes")
             continue

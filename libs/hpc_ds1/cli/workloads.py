@@ -37,6 +37,8 @@ def describe(workload: Any, source: str) -> dict[str, Any]:
         "held_out": list(workload.held_out),
         "tile": {"name": "tile", "values": list(workload.tiles), "default": workload.default_tile},
     }
+    if workload.has_block:
+        out["block"] = {"values": list(workload.blocks), "default": workload.default_block}
     if isinstance(workload, CommandWorkload):
         out["tile"]["name"] = workload.knob
         out["command"] = workload.template
@@ -53,6 +55,8 @@ def _text(item: dict[str, Any]) -> str:
         f"{'':<14} sizes {item['sizes']} held out {item['held_out']} · {tile['name']} "
         f"{tile['values']} (default {tile['default']})"
     )
+    if "block" in item:
+        line += f" · block {item['block']['values']} (default {item['block']['default']})"
     if "command" in item:
         line += (
             f"\n{'':<14} {item['launcher']} launcher: {item['command']} · check "

@@ -259,7 +259,7 @@ def tpe_session(
     cell: Cell, start: Config, space: ConfigSpace, budget: int, seed: int
 ) -> SessionOutcome:
     """A real Optuna study with the TPE sampler, seeded, over ranks, threads (feasible for the
-    ranks drawn) and tile; the start configuration is its first trial. A configuration drawn
+    ranks drawn), tile and block; the start configuration is its first trial. A configuration drawn
     again is answered from the study's own history, not run again."""
     import optuna
 
@@ -267,7 +267,12 @@ def tpe_session(
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, budget // 2))
     study = optuna.create_study(direction="minimize", sampler=sampler)
     study.enqueue_trial(
-        {"ranks": start.ranks, f"threads_r{start.ranks}": start.threads, "tile": start.tile}
+        {
+            "ranks": start.ranks,
+            f"threads_r{start.ranks}": start.threads,
+            "tile": start.tile,
+            "block": start.block,
+        }
     )
     ran: dict[Config, float] = {}
     penalty = 10.0 * max(p.runtime_s for p in cell.points.values())
@@ -277,7 +282,8 @@ def tpe_session(
         fit = [t for t in space.threads if ranks * t <= space.max_workers]
         threads = trial.suggest_categorical(f"threads_r{ranks}", fit)
         tile = trial.suggest_categorical("tile", list(space.tiles))
-        config = Config(ranks=ranks, threads=threads, tile=tile)
+        block = trial.suggest_categorical("block", list(space.blocks))
+        config = Config(ranks=ranks, threads=threads, tile=tile, block=block)
         if config not in ran:
             point = cell.points.get(config)
             ran[config] = point.runtime_s if point else penalty

@@ -53,7 +53,7 @@ def system1(
         trained = sorted(s for w, s in trained_best if w == cell.workload)
         chosen = {
             "model": rec.config,
-            "default": Config(ranks=1, threads=1, tile=tile),
+            "default": Config(ranks=1, threads=1, tile=tile, block=space.default_block),
             "rule_of_thumb": space.default(tile),
             "exhaustive": cell.best_config,
         }

@@ -207,7 +207,11 @@ def config_label(config: Mapping[str, Any]) -> str:
     parts = [f"{key}={config[key]}" for key in ("ranks", "threads", "tile") if key in config]
     if config.get("gpu"):
         parts.append("gpu")
-    parts += [f"{k}={v}" for k, v in config.items() if k not in ("ranks", "threads", "tile", "gpu")]
+    parts += [
+        f"{k}={v}"
+        for k, v in config.items()
+        if k not in ("ranks", "threads", "tile", "gpu") and not (k == "block" and not v)
+    ]
     return " ".join(parts) or "its default configuration"
 
 

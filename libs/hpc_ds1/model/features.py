@@ -19,6 +19,9 @@ from hpc_ds1.space import Config
 
 WORK_FEATURES = ("log10_flops", "log10_bytes", "log10_memory", "log10_intensity", "log2_size")
 CONFIG_FEATURES = ("log2_ranks", "log2_threads", "log2_tile", "tile_pos", "gpu", "workers_per_cpu")
+# The kernel's second block (gemm's rows of A per packed block, nbody's i-block); 0 where the
+# configuration leaves the kernel its fixed block.
+BLOCK_FEATURES = ("log2_block",)
 MACHINE_FEATURES = ("logical_cpus", "physical_cores", "log2_memory_gib", "gpus")
 # What decides where a configuration's order turns between sizes: the data each rank and each
 # worker (rank x thread) holds against the caches, a product of size and configuration that a
@@ -26,7 +29,13 @@ MACHINE_FEATURES = ("logical_cpus", "physical_cores", "log2_memory_gib", "gpus")
 # cache sizes themselves are constant and need no column.
 WORKING_SET_FEATURES = ("log2_bytes_per_rank", "log2_bytes_per_worker")
 TELEMETRY_FEATURES = ("log10_runtime", "log10_throughput", "has_telemetry")
-BASE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES, *WORKING_SET_FEATURES)
+BASE_FEATURES = (
+    *WORK_FEATURES,
+    *CONFIG_FEATURES,
+    *MACHINE_FEATURES,
+    *WORKING_SET_FEATURES,
+    *BLOCK_FEATURES,
+)
 STATE_FEATURES = (*BASE_FEATURES, *TELEMETRY_FEATURES)
 N_WORK = len(WORK_FEATURES)
 N_BASE = len(BASE_FEATURES)
@@ -112,6 +121,10 @@ def working_set_vector(work: Sequence[float], config: Config) -> list[float]:
     ]
 
 
+def block_vector(config: Config) -> list[float]:
+    return [math.log2(config.block) if config.block > 0 else 0.0]
+
+
 def telemetry_vector(runtime_s: float | None, throughput: float | None) -> list[float]:
     if runtime_s is None or runtime_s <= 0:
         return [0.0, 0.0, 0.0]
@@ -133,6 +146,7 @@ def row(
         *config_vector(config, tiles, machine[0]),
         *machine,
         *working_set_vector(work, config),
+        *block_vector(config),
         *telemetry_vector(runtime_s, throughput),
     ]
 
@@ -155,7 +169,8 @@ class Layout:
                 "(hpc-ds1 setup)"
             )
         self.names = tuple(names)
-        self.n_base = int(n_base) if n_base is not None else len(DEFAULT_BASE_FEATURES)
+        legacy_base = len(LEGACY_STATE_FEATURES) - len(TELEMETRY_FEATURES)
+        self.n_base = int(n_base) if n_base is not None else legacy_base
         self.n_state = len(names)
         self.current = self.names == STATE_FEATURES
         self._state = [STATE_FEATURES.index(n) for n in names]
@@ -175,6 +190,8 @@ class Layout:
 # pick (docs/evaluation.md section 8): the runtime models that win there (ridge over pairwise
 # products, a forest on the size-relative target) already span or split on them. A default file
 # keeps the columns of every file written before them, which older versions load.
-DEFAULT_BASE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES)
+# The block column is trained on: it is a knob of the space, and on a workload without a block it
+# is constant (0) and costs nothing.
+DEFAULT_BASE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES, *BLOCK_FEATURES)
 # The columns of every model file written before WORKING_SET_FEATURES (2 Dec 2026).
-LEGACY_STATE_FEATURES = (*DEFAULT_BASE_FEATURES, *TELEMETRY_FEATURES)
+LEGACY_STATE_FEATURES = (*WORK_FEATURES, *CONFIG_FEATURES, *MACHINE_FEATURES, *TELEMETRY_FEATURES)

@@ -79,6 +79,10 @@ class Model:
         }
         self.sizes: dict[str, list[int]] = {w: list(v["sizes"]) for w, v in info.items()}
         self._tiles: dict[str, tuple[int, ...]] = {w: tuple(v["tiles"]) for w, v in info.items()}
+        # a file from before the block was a knob has none: the kernels' fixed block (0)
+        self._blocks: dict[str, tuple[int, ...]] = {
+            w: tuple(v.get("blocks") or (0,)) for w, v in info.items()
+        }
         self._machine: list[float] = list(self.metadata["machine"])
         # the columns this file was trained on (a file from before a column was added has fewer)
         self.layout = ft.Layout(self.metadata.get("features"), self.metadata.get("n_base"))
@@ -158,6 +162,17 @@ class Model:
     def _tiles_of(self, workload: str) -> tuple[int, ...] | None:
         return self._tiles.get(workload) or ft.registry_tiles(workload)
 
+    def _blocks_of(self, workload: str) -> tuple[tuple[int, ...], int | None]:
+        """The blocks decisions move through: the registry's where the workload is registered,
+        else the ones the file was trained on."""
+        from hpc_ds1.workloads import UnknownWorkload, get_workload
+
+        try:
+            wl = get_workload(workload)
+            return wl.blocks, wl.default_block
+        except UnknownWorkload:
+            return self._blocks.get(workload, (0,)), None
+
     def space_for(self, workload: str, fingerprint: Any = None) -> ConfigSpace:
         """This device's space (the training device's, or `fingerprint`'s) for `workload`."""
         fp = self.fingerprint if fingerprint is None else fingerprint
@@ -167,7 +182,8 @@ class Model:
         key = (workload, cpus, gpus)
         if key not in self._spaces:
             tiles = ft.registry_tiles(workload) or self._tiles.get(workload) or (1,)
-            self._spaces[key] = ConfigSpace.for_cpus(cpus, tiles, gpus=gpus)
+            blocks, default_block = self._blocks_of(workload)
+            self._spaces[key] = ConfigSpace.for_cpus(cpus, tiles, gpus, blocks, default_block)
         return self._spaces[key]
 
     def state_features(self, state: State, fingerprint: Any = None) -> npt.NDArray[np.float32]:
@@ -475,6 +491,7 @@ class Model:
         else:
             values = dict(config)
             values.setdefault("tile", get_workload(workload).default_tile)
+            values.setdefault("block", get_workload(workload).default_block)
             cfg = State.model_validate(
                 {"workload": workload, "size": size, "config": values}
             ).config

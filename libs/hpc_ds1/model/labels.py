@@ -58,6 +58,7 @@ def measured_space(keys: Iterable[StateKey], workload: str) -> ConfigSpace:
         ranks=tuple(sorted({c.ranks for c in configs})),
         threads=tuple(sorted({c.threads for c in configs})),
         tiles=tuple(sorted({c.tile for c in configs})),
+        blocks=tuple(sorted({c.block for c in configs})),
         gpus=max((c.ranks for c in configs if c.gpu), default=0),
         max_workers=max(c.ranks * c.threads for c in configs),
     )

@@ -201,9 +201,9 @@ class _Rows:
         return ft.as_matrix(rows), np.asarray(ys, dtype=np.float64), keys
 
 
-def _sort_key(key: StateKey) -> tuple[str, int, int, int, int, bool]:
+def _sort_key(key: StateKey) -> tuple[str, int, int, int, int, bool, int]:
     w, s, c = key
-    return (w, s, c.ranks, c.threads, c.tile, c.gpu)
+    return (w, s, c.ranks, c.threads, c.tile, c.gpu, c.block)
 
 
 def _oof_deltas(
@@ -703,7 +703,12 @@ def train(
         "n_base": layout.n_base,
         "classes": [ALL_ACTIONS[int(c)] for c in move_model.classes_],
         "workloads": {
-            w: {"range": [sizes[w][0], sizes[w][-1]], "sizes": sizes[w], "tiles": list(tiles[w])}
+            w: {
+                "range": [sizes[w][0], sizes[w][-1]],
+                "sizes": sizes[w],
+                "tiles": list(tiles[w]),
+                "blocks": list(_measured_space(outcomes, w).blocks),
+            }
             for w in measured
         },
         "unknown_work": [float(v) for v in Xr[:, : ft.N_WORK].mean(axis=0)],

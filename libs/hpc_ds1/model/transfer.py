@@ -117,11 +117,19 @@ def kind_of(size: int, sizes: Iterable[int]) -> Kind:
 
 
 def to_metadata(table: Table) -> dict[str, dict[str, list[list[float]]]]:
-    """JSON for the model file: workload -> size -> [ranks, threads, tile, gpu, log relative]."""
+    """JSON for the model file: workload -> size -> [ranks, threads, tile, gpu, log relative],
+    and the block after them where it is not 0 (a file written before the block has none)."""
     return {
         w: {
             str(s): [
-                [c.ranks, c.threads, c.tile, int(c.gpu), round(v, 5)]
+                [
+                    c.ranks,
+                    c.threads,
+                    c.tile,
+                    int(c.gpu),
+                    round(v, 5),
+                    *([c.block] if c.block else []),
+                ]
                 for c, v in sorted(rel.items(), key=lambda cv: cv[0].label())
             ]
             for s, rel in sorted(sizes.items())
@@ -135,8 +143,14 @@ def from_metadata(raw: Mapping[str, Mapping[str, Iterable[Iterable[float]]]]) ->
     for w, sizes in raw.items():
         for s, rows in sizes.items():
             rel: dict[Config, float] = {}
-            for ranks, threads, tile, gpu, value in rows:
-                c = Config(ranks=int(ranks), threads=int(threads), tile=int(tile), gpu=bool(gpu))
+            for ranks, threads, tile, gpu, value, *block in rows:
+                c = Config(
+                    ranks=int(ranks),
+                    threads=int(threads),
+                    tile=int(tile),
+                    block=int(block[0]) if block else 0,
+                    gpu=bool(gpu),
+                )
                 rel[c] = float(value)
             table.setdefault(w, {})[int(s)] = rel
     return table

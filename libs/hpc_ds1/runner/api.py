@@ -78,7 +78,7 @@ def mpiexec_path() -> str:
 def _spec(job: Job, wl: Workload) -> JobSpec:
     module = "" if wl.module.startswith(BUILTIN_PREFIX) else wl.module
     c = job.config
-    return JobSpec(wl.name, job.size, c.threads, c.tile, job.repeats, c.gpu, module)
+    return JobSpec(wl.name, job.size, c.threads, c.tile, job.repeats, c.gpu, module, c.block)
 
 
 def _result(job: Job, wl: Workload, status: Status, command: str, **fields: Any) -> RunResult:

@@ -14,12 +14,14 @@ class JobSpec:
     repeats: int
     gpu: bool = False
     module: str = ""
+    block: int = 0
 
     def encode(self) -> str:
         text = (
             f"workload={self.workload},size={self.size},threads={self.threads},"
             f"tile={self.tile},repeats={self.repeats},gpu={int(self.gpu)}"
         )
+        text += f",block={self.block}" if self.block else ""
         return text + (f",module={self.module}" if self.module else "")
 
     @classmethod
@@ -34,6 +36,7 @@ class JobSpec:
                 repeats=int(fields.get("repeats", "3")),
                 gpu=fields.get("gpu", "0") in ("1", "true", "True"),
                 module=fields.get("module", ""),
+                block=int(fields.get("block", "0")),
             )
         except (KeyError, ValueError) as error:
             raise ValueError(f"bad --job {text!r}: {error}") from None

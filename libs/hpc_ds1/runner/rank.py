@@ -78,7 +78,8 @@ def run_job(comm: Any, spec: Any) -> dict[str, Any]:
     numba.set_num_threads(spec.threads)
     if spec.gpu:
         _select_gpu(comm.Get_rank())
-    prepared = workload.prepare(RankContext(comm, spec.threads, spec.gpu), spec.size, spec.tile)
+    ctx = RankContext(comm, spec.threads, spec.gpu)
+    prepared = workload.prepare_job(ctx, spec.size, spec.tile, spec.block)
     comm.Barrier()
     start = time.perf_counter()
     prepared.run()

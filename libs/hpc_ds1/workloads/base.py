@@ -58,7 +58,9 @@ PrepareFn = Callable[[RankContext, int, int], Prepared]
 
 @dataclass(frozen=True)
 class Workload:
-    """A kind of job. `prepare(ctx, size, tile)` is called on every rank (collectively)."""
+    """A kind of job. `prepare(ctx, size, tile)` is called on every rank (collectively);
+    `prepare(ctx, size, tile, block)` for a workload whose kernel has a second block (`blocks`
+    other than (0,), where 0 means the kernel's fixed block, as before it was a knob)."""
 
     name: str
     description: str
@@ -75,12 +77,29 @@ class Workload:
     min_size_per_rank: int = 1
     gpu_capable: bool = False
     module: str = field(default="")  # importable module that defines it (for rank programs)
+    blocks: tuple[int, ...] = (0,)
+    default_block: int = 0
 
     def __post_init__(self) -> None:
         if not self.module:
             object.__setattr__(self, "module", getattr(self.prepare, "__module__", "") or "")
         if self.default_tile not in self.tiles:
             raise ValueError(f"{self.name}: default tile {self.default_tile} not in {self.tiles}")
+        if self.default_block not in self.blocks:
+            raise ValueError(
+                f"{self.name}: default block {self.default_block} not in {self.blocks}"
+            )
+
+    @property
+    def has_block(self) -> bool:
+        return self.blocks != (0,)
+
+    def prepare_job(self, ctx: RankContext, size: int, tile: int, block: int) -> Prepared:
+        """`prepare` with the block where the kernel has one (a plug-in's three-argument
+        `prepare` keeps working)."""
+        if self.has_block:
+            return self.prepare(ctx, size, tile, block)  # type: ignore[call-arg]
+        return self.prepare(ctx, size, tile)
 
     @property
     def size_range(self) -> tuple[int, int]:
