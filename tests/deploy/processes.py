@@ -162,11 +162,19 @@ class Deployment:
     def of(self, service: str) -> list[Copy]:
         return [c for c in self.copies if c.service == service]
 
-    def stop(self) -> dict[str, int | None]:
+    def stop(self, grace_s: float = 5.0) -> dict[str, int | None]:
+        """SIGTERM to every copy at once, then SIGKILL to those still running `grace_s` later.
+        The grace is short on purpose: a gateway holds a request that a killed decision replica
+        took (its NATS request waits out its 30 s timeout) and stops only when it ends, which a
+        teardown has no reason to wait for."""
         for copy in self.copies:
             if copy.alive():
                 copy.process.send_signal(signal.SIGTERM)
-        return {f"{c.service}/{c.pid}": c.stop() for c in self.copies}
+        deadline = time.monotonic() + grace_s
+        return {
+            f"{c.service}/{c.pid}": c.stop(max(deadline - time.monotonic(), 0.1))
+            for c in self.copies
+        }
 
     @contextlib.contextmanager
     def running(self, services: list[str]) -> Iterator[Deployment]:
