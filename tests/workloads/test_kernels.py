@@ -87,33 +87,14 @@ def test_checks_catch_wrong_answers() -> None:
     assert not mc.check().ok
 
 
-def _jacobi(n: int, sweeps: int) -> np.ndarray:
-    from hpc_ds1.workloads.stencil import _init_values
-
-    u = _init_values(n, 0, n)
-    for _ in range(sweeps):
-        v = u.copy()
-        v[1:-1, 1:-1, 1:-1] = (
-            u[1:-1, 1:-1, 1:-1]
-            + u[:-2, 1:-1, 1:-1]
-            + u[2:, 1:-1, 1:-1]
-            + u[1:-1, :-2, 1:-1]
-            + u[1:-1, 2:, 1:-1]
-            + u[1:-1, 1:-1, :-2]
-            + u[1:-1, 1:-1, 2:]
-        ) / 7.0
-        u = v
-    return u
-
-
 @pytest.mark.parametrize("block", [0, 1, 2, 3, 4, 7, 40, 64])
 def test_stencil_temporal_block_is_the_same_jacobi_everywhere(block: int) -> None:
     """Every plane of the grid, not only the check's windows: the wavefront's sweeps (and a
     last, shorter block where SWEEPS is not a multiple) give numpy's Jacobi to rounding."""
-    from hpc_ds1.workloads.stencil import SWEEPS, effective_block
+    from hpc_ds1.workloads.stencil import SWEEPS, _init_values, effective_block, jacobi_reference
 
     n = 17
-    want = _jacobi(n, SWEEPS)
+    want = jacobi_reference(_init_values(n, 0, n), SWEEPS)
     job = get_workload("stencil").prepare(RankContext(SelfComm(), threads=2), n, 8, block)
     assert job.block == effective_block(n, 1, block) == max(1, min(block, n - 2))
     job.run()
