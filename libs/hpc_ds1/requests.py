@@ -74,7 +74,8 @@ class ConfigIn(BaseModel):
         default=None,
         ge=0,
         le=MAX_TILE,
-        description="The kernel's second block (gemm, nbody); 0: the kernel's fixed one.",
+        description="The kernel's second block (the stencil's sweeps per pass); 0: the "
+        "kernel's own.",
     )
     gpu: bool = False
 

@@ -23,8 +23,8 @@ THREADS_UP = "THREADS_UP"
 THREADS_DOWN = "THREADS_DOWN"
 TILE_UP = "TILE_UP"
 TILE_DOWN = "TILE_DOWN"
-# The kernel's second blocking dimension (gemm's rows of A per packed block, nbody's bodies per
-# i-block), for workloads that have one.
+# The kernel's second blocking dimension, for workloads that have one (the stencil's temporal
+# block: sweeps per pass over memory and per halo exchange).
 BLOCK_UP = "BLOCK_UP"
 BLOCK_DOWN = "BLOCK_DOWN"
 USE_GPU = "USE_GPU"

@@ -19,7 +19,7 @@ from hpc_ds1.space import Config
 
 WORK_FEATURES = ("log10_flops", "log10_bytes", "log10_memory", "log10_intensity", "log2_size")
 CONFIG_FEATURES = ("log2_ranks", "log2_threads", "log2_tile", "tile_pos", "gpu", "workers_per_cpu")
-# The kernel's second block (gemm's rows of A per packed block, nbody's i-block); 0 where the
+# The kernel's second block (the stencil's temporal block: sweeps per pass); 0 where the
 # configuration leaves the kernel its fixed block.
 BLOCK_FEATURES = ("log2_block",)
 MACHINE_FEATURES = ("logical_cpus", "physical_cores", "log2_memory_gib", "gpus")
