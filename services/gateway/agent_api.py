@@ -40,7 +40,14 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import FetchTimeoutError, NoStreamResponseError
 from nats.js.kv import KeyValue
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from sqlalchemy import Engine, select
 
 from hpc_ds1.bus import PUBLISH_RETRY_S, EventBus
@@ -122,6 +129,14 @@ class RanConfig(BaseModel):
     tile: int = Field(ge=1, le=1 << 24)
     block: int = Field(default=0, ge=0, le=1 << 24)
     gpu: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_block_0(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Recorded as space.Config is: block 0 (the kernel's own) left out."""
+        out: dict[str, Any] = handler(self)
+        if not out.get("block"):
+            out.pop("block", None)
+        return out
 
 
 Seconds = Annotated[float, Field(ge=0, le=MAX_RUNTIME_S, allow_inf_nan=False)]
