@@ -44,6 +44,13 @@ ALL_ACTIONS: tuple[str, ...] = (*MOVES, STOP)
 OVERSUBSCRIPTION = 2  # ranks x threads may reach this many times the logical CPUs
 
 
+def without_block_0(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A dumped configuration as it is recorded: block 0 (the kernel's own) left out."""
+    if not dumped.get("block"):
+        dumped.pop("block", None)
+    return dumped
+
+
 class Config(BaseModel):
     """One configuration of a job: MPI ranks, numba threads per rank, kernel tile, the kernel's
     second block (0: the kernel's fixed one, as before the knob; every configuration recorded
@@ -60,10 +67,7 @@ class Config(BaseModel):
     def _without_block_0(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Block 0 is left out: a configuration is recorded as every one was before the block
         was a knob, and a workload without a block never shows one."""
-        out: dict[str, Any] = handler(self)
-        if not out.get("block"):
-            out.pop("block", None)
-        return out
+        return without_block_0(handler(self))
 
     def label(self) -> str:
         block = f" block={self.block}" if self.block else ""

@@ -76,6 +76,7 @@ from hpc_ds1.requests import (
     WorkloadName,
 )
 from hpc_ds1.settings import Settings
+from hpc_ds1.space import without_block_0
 from hpc_ds1.tokens import Principal
 
 from .auth import require
@@ -133,10 +134,7 @@ class RanConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _without_block_0(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Recorded as space.Config is: block 0 (the kernel's own) left out."""
-        out: dict[str, Any] = handler(self)
-        if not out.get("block"):
-            out.pop("block", None)
-        return out
+        return without_block_0(handler(self))
 
 
 Seconds = Annotated[float, Field(ge=0, le=MAX_RUNTIME_S, allow_inf_nan=False)]
