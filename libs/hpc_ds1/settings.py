@@ -42,6 +42,14 @@ class Settings(BaseSettings):
         description="How long the gateway keeps an active token without asking Postgres again; "
         "its token.revoked event ends it at once. 0: every request looks its token up.",
     )
+    shutdown_grace_s: int = Field(
+        default=10,
+        ge=1,
+        le=300,
+        description="On stop, how long the gateway lets requests in flight finish (a console's "
+        "live stream never does) before it cancels them; keep it under the deployment's stop "
+        "grace period (docker-compose.yml: 30 s).",
+    )
     metrics: bool = Field(
         default=True,
         description="The gateway serves GET /metrics (Prometheus, a viewer's token) and times "

@@ -91,6 +91,9 @@ async def _serve(ctx: ServiceContext) -> None:
         port=ctx.settings.port,
         log_config=None,
         access_log=False,
+        # Without a bound, shutdown waits on every open request, and a console's /v1/stream
+        # never ends by itself: the process outlives its stop grace and is killed.
+        timeout_graceful_shutdown=ctx.settings.shutdown_grace_s,
         # Which replica answered (a container's hostname, then the pid).
         headers=[(REPLICA_HEADER, f"{socket.gethostname()}/{os.getpid()}")],
     )
