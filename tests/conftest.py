@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from hpc_ds1 import log
+from hpc_ds1 import log, workloads
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, normalize_url, upgrade
 from hpc_ds1.infra.nats_server import EmbeddedNats
@@ -33,6 +33,14 @@ def _logging_as_configured_here() -> None:
     (setup, tune and decide keep their services to warnings), which must not leak into the
     next test's assertions on what was logged."""
     log.configure("info", json=True)
+
+
+@pytest.fixture(autouse=True)
+def _workload_registry_as_before() -> Iterator[None]:
+    """A workload a test registers (a plug-in, a TOML file, a --home's files) ends with the
+    test: it must not show up in a later test's list of known workloads."""
+    with workloads.preserved():
+        yield
 
 
 @pytest.fixture(scope="session")

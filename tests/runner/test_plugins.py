@@ -11,7 +11,15 @@ from hpc_ds1.runner import Job, Status, protocol, run, run_many
 from hpc_ds1.runner.api import _early_exit, job_env, mpiexec_path
 from hpc_ds1.runner.jobspec import JobSpec
 from hpc_ds1.space import Config, ConfigSpace
-from hpc_ds1.workloads import get_workload, list_workloads, register, registry, unregister
+from hpc_ds1.workloads import (
+    UnknownWorkload,
+    get_workload,
+    list_workloads,
+    preserved,
+    register,
+    registry,
+    unregister,
+)
 from tests.runner import plugins
 
 
@@ -101,8 +109,20 @@ def test_entry_point_group_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_register_rejects_a_clash() -> None:
+    get_workload("gemm")  # the built-ins are registered on the first lookup
     other = plugins.VECTOR_SUM.__class__(**{**plugins.VECTOR_SUM.__dict__, "name": "gemm"})
     with pytest.raises(ValueError, match="already registered"):
         register(other)
     with pytest.raises(TypeError):
         register("gemm")  # type: ignore[arg-type]
+
+
+def test_what_is_registered_inside_preserved_is_forgotten_on_leaving() -> None:
+    before = list_workloads()
+    with preserved():
+        register(plugins.VECTOR_SUM, replace=True)
+        assert plugins.VECTOR_SUM.name in list_workloads()
+    assert list_workloads() == before
+    with pytest.raises(UnknownWorkload) as unknown:
+        get_workload("no-such-workload")
+    assert plugins.VECTOR_SUM.name not in str(unknown.value)

@@ -6,8 +6,10 @@ and its error is kept (`load_errors()`) and shown when its name is asked for."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -55,6 +57,31 @@ def unregister(name: str) -> None:
     with _lock:
         _registry.pop(name, None)
         _sources.pop(name, None)
+
+
+@contextlib.contextmanager
+def preserved() -> Iterator[None]:
+    """Whatever is registered inside (register(), a TOML file, a home's files) is forgotten on
+    leaving: the registry is as it was on entering. For tests, and for a program that tries
+    workloads out before it keeps one."""
+    global _loaded
+    with _lock:
+        registry, sources, errors = dict(_registry), dict(_sources), dict(_errors)
+        homes, pending, loaded = set(_homes), list(_pending), _loaded
+    try:
+        yield
+    finally:
+        with _lock:
+            _registry.clear()
+            _registry.update(registry)
+            _sources.clear()
+            _sources.update(sources)
+            _errors.clear()
+            _errors.update(errors)
+            _homes.clear()
+            _homes.update(homes)
+            _pending[:] = pending
+            _loaded = loaded
 
 
 def _load() -> None:
