@@ -21,7 +21,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import Engine, func, select
 
 from hpc_ds1.audit import ANCHOR_TYPE, AuditFile
-from hpc_ds1.bus import EventBus, RawEvent, stream_sequence
+from hpc_ds1.bus import EventBus, RawEvent, stream_sequence, until_answered
 from hpc_ds1.db import tables
 from hpc_ds1.events import AuditCheckpoint, envelope
 from hpc_ds1.log import get_logger
@@ -231,17 +231,22 @@ class Projector:
         self._advanced(checkpoint)
         self.set_aside = aside
         start = min(checkpoint, self.audit.last_seq) + 1
-        sub = await self.bus.js.pull_subscribe(
-            f"{self.bus.prefix}.>",
-            durable=None,
-            stream=self.bus.stream,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=start,
-                ack_policy=AckPolicy.NONE,
-                inactive_threshold=60.0,
-                mem_storage=True,
+        # Asked again while a cluster elects a leader: an answer lost on the way leaves only an
+        # ephemeral consumer that expires after inactive_threshold.
+        sub = await until_answered(
+            lambda: self.bus.js.pull_subscribe(
+                f"{self.bus.prefix}.>",
+                durable=None,
+                stream=self.bus.stream,
+                config=ConsumerConfig(
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=start,
+                    ack_policy=AckPolicy.NONE,
+                    inactive_threshold=60.0,
+                    mem_storage=True,
+                ),
             ),
+            self.bus.stream,
         )
         quick_next_msg(sub._sub)
         # The next fetch runs while this batch is written, so NATS and Postgres overlap.
