@@ -54,15 +54,30 @@ ENV_PREFIXES = (
 ENV_DENY = re.compile(r"URL|PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL|^HPC_DS1_", re.IGNORECASE)
 
 
-def job_env(threads: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def job_env(
+    threads: int,
+    base: Mapping[str, str] | None = None,
+    ranks: int = 1,
+    cpus: int | None = None,
+) -> dict[str, str]:
     """The environment of a job: allowlisted variables of `base` (default: this process's),
-    thread counts for `threads`, and a PYTHONPATH that finds this package and its plug-ins."""
+    thread counts for `threads`, and a PYTHONPATH that finds this package and its plug-ins.
+    When `ranks` x `threads` workers exceed the `cpus` usable here (default: the allocation's),
+    OpenMP threads wait passively at barriers (OMP_WAIT_POLICY=PASSIVE) unless `base` says
+    otherwise: numba's OpenMP layer spins by default, and a spinning thread holds a core that
+    another rank's thread needs (docs/kernels.md: up to ~80x slower on 2 CPUs)."""
     source = os.environ if base is None else base
     env = {
         k: v
         for k, v in source.items()
         if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not ENV_DENY.search(k)
     }
+    if cpus is None:
+        from hpc_ds1.allocation import detect
+
+        cpus = detect().usable
+    if ranks * max(threads, 1) > cpus and threads > 1:
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env["NUMBA_NUM_THREADS"] = str(max(threads, 1))
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         env[var] = "1"
@@ -172,7 +187,7 @@ def _launch_until_done(
         limits += ["--launch-deadline", repr(now + launch_timeout_s + GRACE_S)]
         report = scratch / f"report-{len(results)}"  # each launch ends at least one job
         argv = [*base, *limits, "--launched-at", repr(now), "--report-file", str(report)]
-        env = job_env(max(job.config.threads for job, _ in pending))
+        env = job_env(threads, ranks=ranks)
         command = shlex.join(base)
         launched = time.monotonic()
         done = 0
