@@ -35,7 +35,9 @@ class _Failed(Exception):
 def command_env(wl: CommandWorkload, values: dict[str, str]) -> dict[str, str]:
     from hpc_ds1.runner.api import job_env
 
-    env = {k: v for k, v in job_env(int(values["threads"])).items() if k not in PINNED}
+    ranks = int(values.get("ranks", "1"))
+    launch = job_env(int(values["threads"]), ranks=ranks)
+    env = {k: v for k, v in launch.items() if k not in PINNED}
     env.update(wl.environment(values))
     return env
 
