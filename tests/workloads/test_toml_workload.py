@@ -4,6 +4,7 @@ C/OpenMP program (data/heat.c, built with this machine's gcc) run under MPI rank
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -254,9 +255,10 @@ def test_the_env_template_decides_the_threads(heat: Path, monkeypatch: pytest.Mo
         command_env(wl, wl.values(Config(ranks=1, threads=2, tile=16), 64))["OMP_NUM_THREADS"]
         == "2"
     )
-    # More threads than any CPU count here: the program's OpenMP threads wait passively.
+    # More threads than the box has CPUs: the program's OpenMP threads wait passively.
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    crowded = command_env(wl, wl.values(Config(ranks=2, threads=64, tile=16), 64))
+    threads = (os.cpu_count() or 1) + 1
+    crowded = command_env(wl, wl.values(Config(ranks=1, threads=threads, tile=16), 64))
     assert crowded["OMP_WAIT_POLICY"] == "PASSIVE"
     two = run(wl, 64, Config(ranks=1, threads=2, tile=64), repeats=1)
     one = run(wl, 64, Config(ranks=1, threads=1, tile=64), repeats=1)

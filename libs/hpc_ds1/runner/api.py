@@ -65,19 +65,20 @@ def job_env(
     When `ranks` x `threads` workers exceed the `cpus` usable here (default: the allocation's),
     OpenMP threads wait passively at barriers (OMP_WAIT_POLICY=PASSIVE) unless `base` says
     otherwise: numba's OpenMP layer spins by default, and a spinning thread holds a core that
-    another rank's thread needs (docs/kernels.md: up to ~80x slower on 2 CPUs)."""
+    another rank's thread needs (docs/kernels.md: 20-130x slower on 2 CPUs)."""
     source = os.environ if base is None else base
     env = {
         k: v
         for k, v in source.items()
         if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not ENV_DENY.search(k)
     }
-    if cpus is None:
-        from hpc_ds1.allocation import detect
+    if threads > 1:  # ranks of one thread have no OpenMP team to wait at a barrier
+        if cpus is None:
+            from hpc_ds1.allocation import detect
 
-        cpus = detect().usable
-    if ranks * max(threads, 1) > cpus and threads > 1:
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            cpus = detect().usable
+        if ranks * threads > cpus:
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env["NUMBA_NUM_THREADS"] = str(max(threads, 1))
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         env[var] = "1"
