@@ -40,8 +40,9 @@ lint: $(STAMP) ## ruff lint and format check, schemas in sync
 typecheck: $(STAMP) ## mypy over libs and services
 	$(BIN)/mypy
 
-pytest: $(STAMP) ## the test suite alone
-	@status=0; $(BIN)/pytest -q -rs --durations=30 || status=$$?; \
+PYTEST_WORKERS ?= 2
+pytest: $(STAMP) ## the test suite alone, in two pytest-xdist workers (PYTEST_WORKERS=n to change)
+	@status=0; $(BIN)/pytest -q -rs --durations=30 -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder || status=$$?; \
 	if [ -d "$(SCREENS)" ]; then echo "console screenshots (one per section, tests/console): $(SCREENS)"; fi; \
 	exit $$status
 

@@ -124,3 +124,36 @@ async def bus(settings: Settings, nats_url: str) -> AsyncIterator[EventBus]:
         except Exception:
             pass
     await connected.close()
+
+
+# `make pytest` runs two pytest-xdist workers (--dist loadgroup). Tests that share a package or
+# session fixture, or a machine-wide service, stay on one worker so the fixture is built once and
+# nothing machine-wide is driven twice at a time; every other module is its own unit. The long
+# groups are queued first (longest first, from CI's --durations), so neither worker is left with
+# one of them at the end.
+SHARED_GROUPS = (
+    ("measured", None),  # tests/measured.py: every configuration of two workloads measured
+    ("e2e", "tests/e2e/"),  # a really measured and trained device (package fixtures)
+    ("fleet_e2e", "tests/fleet_e2e/"),  # network namespaces, one per device
+    ("console", "tests/console/"),  # one browser and one served product (package fixtures)
+    ("slurm", "tests/slurm/"),  # one real slurmctld + slurmd for the session
+)
+
+
+def _group(item: pytest.Item) -> tuple[int, str]:
+    path = item.nodeid.split("::")[0]
+    ranked = list(enumerate(SHARED_GROUPS))
+    for rank, (name, prefix) in ranked:  # a folder's own fixtures first
+        if prefix is not None and path.startswith(prefix):
+            return rank, name
+    for rank, (name, prefix) in ranked:
+        if prefix is None and "measurements" in getattr(item, "fixturenames", ()):
+            return rank, name
+    return len(SHARED_GROUPS), path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = {id(item): _group(item) for item in items}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[id(item)][1]))
+    items.sort(key=lambda item: groups[id(item)][0])  # stable: a module keeps its order

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -33,6 +32,7 @@ from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, ModelPublished
 from hpc_ds1.fleet import Agent, submit
 from hpc_ds1.fleet.agent import device_file, load_identity
 from hpc_ds1.hardware import fingerprint
+from hpc_ds1.infra.ports import free_port
 from hpc_ds1.models_store import save_local
 from hpc_ds1.runtime import run_service
 from hpc_ds1.settings import Settings
@@ -47,13 +47,6 @@ START_S = 120.0
 def nats_url_of(settings: Settings) -> str:
     assert settings.nats_url
     return settings.nats_url
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def _libpq(url: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 from typing import Any
 
 import httpx
@@ -28,6 +27,7 @@ from hpc_ds1.fleet.client import (
     base_url,
     check,
 )
+from hpc_ds1.infra.ports import free_port
 
 SERVER = "http://coordinator.test:8765"
 TOKEN = "secret_" + "s" * 40
@@ -87,10 +87,7 @@ def test_a_server_must_be_a_url() -> None:
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port  # nothing listens there now: a connection is refused
+    return free_port()  # nothing listens there now: a connection is refused
 
 
 def test_submit_to_a_coordinator_that_is_not_there_says_so() -> None:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from hpc_ds1.infra.ports import free_port
+
 BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "squeue", "scancel")
 PARTITION = "debug"
 START_TIMEOUT_S = 60.0
@@ -38,12 +40,6 @@ def find(binary: str) -> str | None:
     return shutil.which(binary) or next(
         (str(p) for p in (Path("/usr/sbin") / binary,) if p.exists()), None
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_line(hostname: str) -> str:

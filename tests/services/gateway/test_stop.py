@@ -5,22 +5,16 @@ live stream, /v1/stream): a stop must not wait on it past the deployment's grace
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import httpx
 from sqlalchemy import Engine
 
 from hpc_ds1.bus import EventBus
+from hpc_ds1.infra.ports import free_port
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.services import gateway
 from hpc_ds1.settings import Settings
 from tests.services.gateway.conftest import as_role, fold, role_token_events
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_an_open_stream_does_not_hold_the_gateway_past_its_grace(
@@ -29,7 +23,7 @@ async def test_an_open_stream_does_not_hold_the_gateway_past_its_grace(
     await fold(settings, bus, engine, *role_token_events())
     grace = 1
     here = settings.model_copy(
-        update={"host": "127.0.0.1", "port": _free_port(), "shutdown_grace_s": grace}
+        update={"host": "127.0.0.1", "port": free_port(), "shutdown_grace_s": grace}
     )
     assert here.database_url and here.nats_url
     stop = asyncio.Event()
