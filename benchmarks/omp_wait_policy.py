@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from hpc_ds1.allocation import detect
 from hpc_ds1.runner import Job, run_many
@@ -71,33 +72,32 @@ def spread(values: list[float]) -> float:
     return 1.4826 * mad / median
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="launches per policy and condition")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per job and launch")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    threads = detect().usable
-    batch = jobs(threads, args.repeats)
+def measure(
+    batch: list[Job], rounds: int, conditions: tuple[str, ...] = ("quiet", "background")
+) -> list[dict[str, Any]]:
+    """Each job under each policy, alternated launch by launch, `rounds` launches each, in each
+    condition; the user's own OMP_WAIT_POLICY is put back afterwards."""
     runs: dict[tuple[str, str, str], list[float]] = {}
-    started = time.monotonic()
-    for condition in ("quiet", "background"):
-        with background(condition == "background"):
-            for _ in range(args.rounds):
-                for policy in POLICIES:
-                    if policy == "default":
-                        os.environ.pop("OMP_WAIT_POLICY", None)
-                    else:
-                        os.environ["OMP_WAIT_POLICY"] = policy
-                    for result in run_many(batch):
-                        key = (
-                            condition,
-                            f"{result.workload} {result.size} {result.config.label()}",
-                        )
-                        runs.setdefault((*key, policy), []).extend(result.runtimes_s)
-    os.environ.pop("OMP_WAIT_POLICY", None)
+    before = os.environ.get("OMP_WAIT_POLICY")
+    try:
+        for condition in conditions:
+            with background(condition == "background"):
+                for _ in range(rounds):
+                    for policy in POLICIES:
+                        if policy == "default":
+                            os.environ.pop("OMP_WAIT_POLICY", None)
+                        else:
+                            os.environ["OMP_WAIT_POLICY"] = policy
+                        for result in run_many(batch):
+                            name = f"{result.workload} {result.size} {result.config.label()}"
+                            times = runs.setdefault((condition, name, policy), [])
+                            times.extend(result.runtimes_s)
+    finally:
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        if before is not None:
+            os.environ["OMP_WAIT_POLICY"] = before
     rows = []
-    for condition in ("quiet", "background"):
+    for condition in conditions:
         for job in batch:
             name = f"{job.workload} {job.size} {job.config.label()}"
             default, passive = (runs[(condition, name, p)] for p in POLICIES)
@@ -113,6 +113,18 @@ def main() -> int:
                     "runs": len(default),
                 }
             )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="launches per policy and condition")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per job and launch")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    threads = detect().usable
+    started = time.monotonic()
+    rows = measure(jobs(threads, args.repeats), args.rounds)
     took = time.monotonic() - started
     if args.json:
         print(json.dumps({"threads": threads, "seconds": took, "rows": rows}, indent=2))
