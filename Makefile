@@ -42,7 +42,7 @@ typecheck: $(STAMP) ## mypy over libs and services
 
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP) ## the test suite alone, in two pytest-xdist workers (PYTEST_WORKERS=n to change)
-	@status=0; $(BIN)/pytest -q -rs --durations=30 -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder || status=$$?; \
+	@status=0; $(BIN)/pytest -q -rs --durations=30 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder || status=$$?; \
 	if [ -d "$(SCREENS)" ]; then echo "console screenshots (one per section, tests/console): $(SCREENS)"; fi; \
 	exit $$status
 

@@ -126,34 +126,41 @@ async def bus(settings: Settings, nats_url: str) -> AsyncIterator[EventBus]:
     await connected.close()
 
 
-# `make pytest` runs two pytest-xdist workers (--dist loadgroup). Tests that share a package or
-# session fixture, or a machine-wide service, stay on one worker so the fixture is built once and
-# nothing machine-wide is driven twice at a time; every other module is its own unit. The long
-# groups are queued first (longest first, from CI's --durations), so neither worker is left with
-# one of them at the end.
-SHARED_GROUPS = (
-    ("measured", None),  # tests/measured.py: every configuration of two workloads measured
-    ("e2e", "tests/e2e/"),  # a really measured and trained device (package fixtures)
-    ("fleet_e2e", "tests/fleet_e2e/"),  # network namespaces, one per device
-    ("console", "tests/console/"),  # one browser and one served product (package fixtures)
-    ("slurm", "tests/slurm/"),  # one real slurmctld + slurmd for the session
+# `make pytest` runs two pytest-xdist workers (--dist loadscope). The unit of work is a module,
+# except the folders below: their tests share a package or session fixture, or drive a
+# machine-wide service, so each folder goes to one worker whole (the scheduler below), and the
+# folders are queued first, longest first (CI's --durations), so that neither worker is left
+# with one of them at the end. The scheduler groups by nodeid in the controller: xdist's own
+# xdist_group marks do not reach its scheduler under pytest 9.2 (the nodeid suffix it sets is
+# no longer read).
+SHARED_FOLDERS = (
+    "tests/e2e/",  # a really measured and trained device (package fixtures)
+    "tests/fleet_e2e/",  # network namespaces, one per device
+    "tests/console/",  # one browser and one served product (package fixtures)
+    "tests/slurm/",  # one real slurmctld + slurmd for the session
 )
 
 
-def _group(item: pytest.Item) -> tuple[int, str]:
-    path = item.nodeid.split("::")[0]
-    ranked = list(enumerate(SHARED_GROUPS))
-    for rank, (name, prefix) in ranked:  # a folder's own fixtures first
-        if prefix is not None and path.startswith(prefix):
-            return rank, name
-    for rank, (name, prefix) in ranked:
-        if prefix is None and "measurements" in getattr(item, "fixturenames", ()):
-            return rank, name
-    return len(SHARED_GROUPS), path
+def work_unit(nodeid: str) -> str:
+    """What goes to one worker whole: a shared folder, else the test's module."""
+    path = nodeid.split("::")[0]
+    return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    groups = {id(item): _group(item) for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[id(item)][1]))
-    items.sort(key=lambda item: groups[id(item)][0])  # stable: a module keeps its order
+    rank = {folder: i for i, folder in enumerate(SHARED_FOLDERS)}
+    # stable: a module keeps its order
+    items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, absent without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFolderScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SharedFolderScheduling(config, log)  # type: ignore[arg-type]
