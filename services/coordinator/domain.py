@@ -54,6 +54,7 @@ class SessionState:
     best_spread: float | None = None
     best_runs: tuple[Sample, ...] = ()  # every run of the best configuration (the keep rule's)
     misses: int = 0
+    race_pairs: int = 0  # pairs raced over the session (a session budget counts them)
     tried: frozenset[tuple[str, str]] = frozenset()  # (config key, move) already proposed
     pending: PendingMove | None = None
     awaiting: str | None = None  # approval id while paused
@@ -96,7 +97,9 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
                 best_runs=_samples([event]) if ok else (),
             )
         if state.pending is not None and event.race is not None:
-            return replace(state, pending=replace(state.pending, race=(*state.pending.race, event)))
+            pairs = state.race_pairs + (event.race == "candidate")
+            pending = replace(state.pending, race=(*state.pending.race, event))
+            return replace(state, pending=pending, race_pairs=pairs)
         if state.pending is not None:
             return replace(state, pending=replace(state.pending, run=event))
         return state
@@ -204,7 +207,7 @@ def resolve(state: SessionState, rule: KeepRule = DEFAULT_RULE) -> Resolution:
     candidate = _samples([run, *cand_runs])
     if run.status != "ok" or not candidate or not incumbent:
         return Resolution(False, state.misses + 1, None, run.runtime_s, None)
-    verdict = judge(incumbent, candidate, len(cand_runs), rule)
+    verdict = judge(incumbent, candidate, len(cand_runs), rule, state.race_pairs)
     runtime = geometric_mean(candidate)
     if verdict.outcome == "race":
         return Resolution(False, state.misses, "incumbent", runtime, verdict)

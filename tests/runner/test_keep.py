@@ -92,3 +92,15 @@ def test_bad_samples_and_bad_settings_are_refused_with_what_is_accepted() -> Non
         p_faster([Sample(1.0)], [Sample(0.0)])
     with pytest.raises(ValueError, match=r"0\.5 < confidence < 1"):
         KeepRule(confidence=1.0)
+
+
+def test_a_session_budget_stops_racing_once_the_session_has_raced_its_pairs() -> None:
+    inc, cand = [Sample(1.0, 0.05)], [Sample(0.98, 0.05)]
+    budget = KeepRule(session_pairs=2)
+    assert judge(inc, cand, 0, budget, session_pairs_raced=1).outcome == "race"
+    spent = judge(inc, cand, 0, budget, session_pairs_raced=2)
+    assert spent.outcome == "revert" and spent.within_noise and not spent.miss
+    # without a budget the session's count does not matter, only the move's own pairs
+    assert judge(inc, cand, 0, DEFAULT_RULE, session_pairs_raced=50).outcome == "race"
+    with pytest.raises(ValueError, match="session_pairs -1: accepted is 0 or more"):
+        KeepRule(session_pairs=-1)

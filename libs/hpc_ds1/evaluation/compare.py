@@ -29,7 +29,10 @@ RULES: dict[str, KeepRule] = {
     "old": OLD_RULE,
     "new": DEFAULT_RULE,
     "new, race from P>=0.7": replace(DEFAULT_RULE, race_from=0.7),
+    "new, at most 2 pairs": replace(DEFAULT_RULE, max_pairs=2),
     "new, at most 1 pair": replace(DEFAULT_RULE, max_pairs=1),
+    "new, 2 pairs a session": replace(DEFAULT_RULE, session_pairs=2),
+    "new, 1 pair a session": replace(DEFAULT_RULE, session_pairs=1),
     "new, no race": replace(DEFAULT_RULE, max_pairs=0),
 }
 

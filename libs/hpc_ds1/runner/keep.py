@@ -14,7 +14,9 @@ P(candidate faster than incumbent):
 - keep at P >= CONFIDENCE; slower beyond the noise (a miss) at P <= 1 - CONFIDENCE;
 - in between it is ambiguous: while the candidate looks at least as fast (P >= RACE_FROM) and
   fewer than MAX_PAIRS pairs were raced, run incumbent and candidate again, interleaved (racing,
-  as in F-Race / irace); otherwise revert, within the noise, which is not a miss.
+  as in F-Race / irace); otherwise revert, within the noise, which is not a miss. A rule with
+  a session budget (`session_pairs`) races no more pairs than that over the whole session: on a
+  noisy machine most moves are ambiguous, and racing each of them costs runs per session.
 
 Pure functions; the coordinator's session fold and the evaluation's replay both call `judge`."""
 
@@ -53,6 +55,7 @@ class KeepRule:
     confidence: float = CONFIDENCE
     max_pairs: int = MAX_PAIRS
     race_from: float = RACE_FROM
+    session_pairs: int | None = None  # pairs raced over a whole session; None: no budget
     sigma_floor: float = SIGMA_FLOOR
     prior_df: float = PRIOR_DF
 
@@ -61,6 +64,10 @@ class KeepRule:
             raise ValueError(f"confidence {self.confidence}: accepted is 0.5 < confidence < 1")
         if self.max_pairs < 0:
             raise ValueError(f"max_pairs {self.max_pairs}: accepted is 0 or more")
+        if self.session_pairs is not None and self.session_pairs < 0:
+            raise ValueError(
+                f"session_pairs {self.session_pairs}: accepted is 0 or more, or None (no budget)"
+            )
         if self.sigma_floor <= 0 or self.prior_df <= 0:
             raise ValueError("sigma_floor and prior_df must be > 0")
 
@@ -126,8 +133,10 @@ def judge(
     candidate: Sequence[Sample],
     pairs_raced: int,
     rule: KeepRule = DEFAULT_RULE,
+    session_pairs_raced: int = 0,
 ) -> Verdict:
-    """Keep, revert, or race one more pair (incumbent then candidate)."""
+    """Keep, revert, or race one more pair (incumbent then candidate). `pairs_raced`: this
+    move's pairs so far; `session_pairs_raced`: the session's, this move's included."""
     p = p_faster(incumbent, candidate, rule)
     if rule.kind == "threshold":
         i, c = incumbent[0], candidate[0]
@@ -137,7 +146,8 @@ def judge(
         return Verdict("keep", p, False)
     if p <= 1.0 - rule.confidence:
         return Verdict("revert", p, False)
-    if pairs_raced < rule.max_pairs and p >= rule.race_from:
+    budget_left = rule.session_pairs is None or session_pairs_raced < rule.session_pairs
+    if pairs_raced < rule.max_pairs and budget_left and p >= rule.race_from:
         return Verdict("race", p, True)
     return Verdict("revert", p, True)
 

@@ -94,6 +94,31 @@ def test_a_race_runs_incumbent_then_candidate_and_its_runs_decide() -> None:
     assert tie.verdict is not None and tie.verdict.within_noise
 
 
+def test_a_session_budget_counts_the_pairs_raced_over_the_whole_session() -> None:
+    from hpc_ds1.runner.keep import KeepRule
+
+    def run(step: int, config: dict, runtime: float, race: str | None = None) -> SessionStepRun:
+        return SessionStepRun(
+            session_id="s",
+            step=step,
+            move="THREADS_UP",
+            config=config,
+            status="ok",
+            runtime_s=runtime,
+            spread=0.01,
+            race=race,  # type: ignore[arg-type]
+        )
+
+    one_pair = [run(2, A, 1.0, "incumbent"), run(3, B, 0.99, "candidate")]
+    state = replay(with_run(run(1, B, 0.99), *one_pair))
+    assert state.race_pairs == 1
+    # an incumbent re-run alone is half a pair: not counted until the candidate's run
+    assert replay(with_run(run(1, B, 0.99), one_pair[0])).race_pairs == 0
+    assert resolve(state).race == "incumbent"  # no budget: the move races on
+    spent = resolve(state, KeepRule(session_pairs=1))
+    assert spent.race is None and not spent.kept and spent.misses == 0  # within the noise
+
+
 def test_misses_count_in_a_row_and_a_kept_move_resets_them() -> None:
     events = [
         *started(),
