@@ -280,3 +280,32 @@ async def test_a_held_claim_is_renewed_past_its_ttl_and_released_after(bus: Even
             raise RuntimeError("the decision failed")
     assert not await held(claims, key)  # released: a retry may claim it
     assert await claim(claims, key, "other") is not None
+
+
+class _SlowThenWell:
+    """The real claims bucket, whose first `failures` renewals time out (a slow connection)."""
+
+    def __init__(self, kv: Any, failures: int) -> None:
+        self.kv, self.failures, self.timed_out = kv, failures, 0
+
+    async def update(self, key: str, value: bytes, last: int) -> int:
+        if self.timed_out < self.failures:
+            self.timed_out += 1
+            raise TimeoutError("nats: timeout")
+        return await self.kv.update(key, value, last=last)
+
+    async def delete(self, key: str) -> bool:
+        return await self.kv.delete(key)
+
+
+async def test_a_renewal_that_times_out_is_retried_and_the_claim_is_kept(bus: EventBus) -> None:
+    claims = await claims_bucket(bus.js, bus.settings)
+    key = uuid.uuid4().hex
+    revision = await claim(claims, key, "holder")
+    assert revision is not None
+    slow = _SlowThenWell(claims, failures=2)  # the third renewal lands inside the TTL
+    async with holding(slow, key, "holder", revision):  # type: ignore[arg-type]
+        await asyncio.sleep(CLAIM_TTL_S * 1.2)
+        assert slow.timed_out == 2
+        assert await held(claims, key) and await claim(claims, key, "other") is None
+    assert not await held(claims, key)

@@ -283,6 +283,24 @@ async def served(fleet: Fleet) -> AsyncIterator[str]:
     listener.close()
 
 
+@contextlib.asynccontextmanager
+async def beating(kv: Any, device_id: str, every_s: float = 1.0) -> AsyncIterator[None]:
+    """Heartbeats of `device_id` every `every_s` while the body runs, the first one before it."""
+    await beat(kv, Heartbeat(device_id=device_id, time=time.time()))
+
+    async def go_on() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            await beat(kv, Heartbeat(device_id=device_id, time=time.time()))
+
+    task = asyncio.create_task(go_on())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """`hpc-ds1 ARGS` in this process (off the event loop: it calls the served gateway)."""
     code = await asyncio.to_thread(main, list(args))
@@ -299,30 +317,31 @@ async def test_devices_command(
 ) -> None:
     await joined(fleet, "dev-c")
     kv = await liveness_bucket(fleet.bus.js, settings)
-    await beat(kv, Heartbeat(device_id="dev-c", time=time.time()))
     admin = ("--server", served, "--token", ROLE_TOKENS["admin"])
 
-    # The installed command, once, as its own process.
-    listed = await hpc(settings, "devices", *admin)
-    assert listed.returncode == 0, listed.stderr
-    header, row = listed.stdout.splitlines()
-    assert header.split()[:3] == ["DEVICE", "STATUS", "HOST"]
-    assert row.split()[:3] == ["dev-c", "online", "node-7.lab"]
-    assert "4 cores, 16 GiB, 1 GPU" in row
+    # The installed command, once, as its own process, while the device beats as an agent
+    # does: the command's start took 29 s once on a loaded CI machine, past offline_after_s.
+    async with beating(kv, "dev-c"):
+        listed = await hpc(settings, "devices", *admin)
+        assert listed.returncode == 0, listed.stderr
+        header, row = listed.stdout.splitlines()
+        assert header.split()[:3] == ["DEVICE", "STATUS", "HOST"]
+        assert row.split()[:3] == ["dev-c", "online", "node-7.lab"]
+        assert "4 cores, 16 GiB, 1 GPU" in row
 
-    code, out, err = await cli(capsys, "devices", "drain", "dev-c", *admin)
-    assert code == 0 and "dev-c is draining" in out, err
-    code, out, _ = await cli(capsys, "devices", "--json", *admin)
-    assert code == 0 and [d["status"] for d in json.loads(out)] == ["draining"]
-    code, out, _ = await cli(capsys, "devices", "drain", "dev-c", "--undo", *admin)
-    assert code == 0 and "takes new tasks again (status online)" in out
+        code, out, err = await cli(capsys, "devices", "drain", "dev-c", *admin)
+        assert code == 0 and "dev-c is draining" in out, err
+        code, out, _ = await cli(capsys, "devices", "--json", *admin)
+        assert code == 0 and [d["status"] for d in json.loads(out)] == ["draining"]
+        code, out, _ = await cli(capsys, "devices", "drain", "dev-c", "--undo", *admin)
+        assert code == 0 and "takes new tasks again (status online)" in out
 
-    viewer = ("--server", served, "--token", ROLE_TOKENS["viewer"])
-    code, _, err = await cli(capsys, "devices", "revoke", "dev-c", *viewer)
-    assert code == 2 and "403" in err and "admin" in err
-    code, _, err = await cli(capsys, "devices", "drain", "a.b", *admin)
-    assert code == 2 and "not valid" in err
-    code, out, _ = await cli(capsys, "devices", "revoke", "dev-c", *admin)
-    assert code == 0 and "dev-c revoked" in out
-    code, out, _ = await cli(capsys, "devices", *admin)
-    assert code == 0 and out.splitlines()[1].split()[:2] == ["dev-c", "left"]
+        viewer = ("--server", served, "--token", ROLE_TOKENS["viewer"])
+        code, _, err = await cli(capsys, "devices", "revoke", "dev-c", *viewer)
+        assert code == 2 and "403" in err and "admin" in err
+        code, _, err = await cli(capsys, "devices", "drain", "a.b", *admin)
+        assert code == 2 and "not valid" in err
+        code, out, _ = await cli(capsys, "devices", "revoke", "dev-c", *admin)
+        assert code == 0 and "dev-c revoked" in out
+        code, out, _ = await cli(capsys, "devices", *admin)
+        assert code == 0 and out.splitlines()[1].split()[:2] == ["dev-c", "left"]
