@@ -5,6 +5,7 @@ for run_many in the interleaving tests (the real one is exercised by tests/setup
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -14,7 +15,13 @@ from hpc_ds1.evaluation.plan import FINAL_INDICES, final_sizes
 from hpc_ds1.runner import Job, RunResult
 from hpc_ds1.runner.result import Status
 from hpc_ds1.setup import PROFILES
-from hpc_ds1.setup.interleave import chunk_rng, combine, measure_interleaved, round_order
+from hpc_ds1.setup.interleave import (
+    Interrupted,
+    chunk_rng,
+    combine,
+    measure_interleaved,
+    round_order,
+)
 from hpc_ds1.setup.plan import PlannedJob
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import get_workload, list_workloads
@@ -127,3 +134,20 @@ def test_the_final_held_out_set_is_apart_from_every_development_profile() -> Non
         assert set(EVAL_PROFILES["full"].sizes(wl)) | final == set(wl.held_out)
         quick = PROFILES["quick"].sizes(wl)  # the final set lies inside the quick range
         assert all(min(quick) < s < max(quick) for s in final)
+
+
+def test_a_stop_set_during_a_launch_starts_no_other_launch() -> None:
+    stop = threading.Event()
+    recorder = Recorder()
+
+    def stopped_during_the_first_launch(jobs: Sequence[Job]) -> list[RunResult]:
+        stop.set()  # Ctrl-C while this launch runs: it finishes, nothing more starts
+        return recorder(jobs)
+
+    with pytest.raises(Interrupted, match="stopped in round 1 of 3"):
+        measure_interleaved(JOBS, random.Random(0), stopped_during_the_first_launch, stop)
+    assert len(recorder.calls) == 1
+    # not set: every round of every launch, as before
+    whole = Recorder()
+    measure_interleaved(JOBS, random.Random(0), whole, threading.Event())
+    assert len(whole.calls) == 3 * len({c.ranks for c in SPACE.configs()})

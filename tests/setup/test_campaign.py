@@ -68,3 +68,53 @@ async def test_setup_records_every_run_and_resumes_after_an_interruption(
         ("montecarlo", 20_000, "ok", per_size),
     ]
     assert spreads == planned  # every result carries its measured noise
+
+
+async def test_a_cancelled_campaign_starts_no_launch_after_the_one_that_runs(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (asyncio.run cancels the task) while a chunk measures in its thread: the thread
+    cannot be cancelled and asyncio.run waits for it; it stops before its next launch."""
+    import asyncio
+    import threading
+    import time
+
+    import hpc_ds1.setup.campaign as campaign_module
+    from hpc_ds1.runner import RunResult
+    from hpc_ds1.runner.result import Status
+
+    launches: list[float] = []
+    first_launch = threading.Event()
+
+    def slow_launches(timeout_s: float, cancel: threading.Event | None = None):  # type: ignore[no-untyped-def]
+        def run(jobs):  # type: ignore[no-untyped-def]
+            launches.append(time.monotonic())
+            first_launch.set()
+            assert cancel is not None  # the campaign hands its stop to the launches
+            cancel.wait(0.5)  # a launch killed when the campaign is cancelled
+            return [
+                RunResult(
+                    workload=j.workload,
+                    size=j.size,
+                    config=j.config,
+                    status=Status.OK,
+                    runtime_s=0.5,
+                    runtimes_s=(0.5,),
+                    repeats=1,
+                )
+                for j in jobs
+            ]
+
+        return run
+
+    monkeypatch.setattr(campaign_module, "run_jobs", slow_launches)
+    plan = chunks()[:1]
+    async with open_stack(settings, ("projector", "agent"), "test-setup-cancel") as stack:
+        device = await stack.local_device()
+        task = asyncio.create_task(Campaign(stack, device).run(plan, lambda *_: None))
+        await asyncio.to_thread(first_launch.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(2.0)  # four more launches' time, had the thread gone on
+    assert len(launches) == 1

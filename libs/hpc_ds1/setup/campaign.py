@@ -5,6 +5,7 @@ A chunk's repeats are taken in interleaved rounds, in a seeded random order (int
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -90,7 +91,15 @@ class Campaign:
                 continue
             label = f"{todo[0].workload} {todo[0].size}"
             progress(done, report.planned, label)
-            results = await asyncio.to_thread(self._measure, todo)
+            stop = threading.Event()
+            try:
+                results = await asyncio.to_thread(self._measure, todo, stop)
+            except asyncio.CancelledError:
+                # Ctrl-C: the thread cannot be cancelled, and asyncio.run waits for it at exit;
+                # the launch that runs is killed and no other starts, instead of measuring the
+                # rest of the chunk (minutes)
+                stop.set()
+                raise
             await self._record(todo, results)
             for result in results:
                 report.by_status[result.status.value] = (
@@ -103,10 +112,10 @@ class Campaign:
         report.seconds = time.monotonic() - started
         return report
 
-    def _measure(self, jobs: Sequence[PlannedJob]) -> list[RunResult]:
+    def _measure(self, jobs: Sequence[PlannedJob], stop: threading.Event) -> list[RunResult]:
         rng = chunk_rng(self.seed, self.purpose, jobs[0].workload, jobs[0].size)
         with device_lock(self.stack.settings.home):
-            return measure_interleaved(jobs, rng, run_jobs(self.timeout_s))
+            return measure_interleaved(jobs, rng, run_jobs(self.timeout_s, stop), stop)
 
     async def _record(self, jobs: Sequence[PlannedJob], results: Sequence[RunResult]) -> None:
         prefix = self.stack.settings.subject_prefix

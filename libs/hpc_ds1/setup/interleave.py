@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import threading
 from collections.abc import Callable, Sequence
 
 from hpc_ds1.runner import Job, RunResult, run_many
@@ -23,6 +24,10 @@ from hpc_ds1.runner.noise import coefficient_of_variation, relative_spread
 from .plan import PlannedJob
 
 RunMany = Callable[[Sequence[Job]], list[RunResult]]
+
+
+class Interrupted(Exception):
+    """The campaign was stopped (Ctrl-C) between two launches; the chunk is not recorded."""
 
 
 def chunk_rng(seed: int, purpose: str, workload: str, size: int) -> random.Random:
@@ -84,15 +89,19 @@ def measure_interleaved(
     jobs: Sequence[PlannedJob],
     rng: random.Random,
     run: RunMany,
+    stop: threading.Event | None = None,
 ) -> list[RunResult]:
     """Every job's `repeats` as that many rounds (the largest `repeats` of the chunk); results
-    in the order of `jobs`. A configuration that failed is not run again in later rounds."""
+    in the order of `jobs`. A configuration that failed is not run again in later rounds.
+    Once `stop` is set, no launch starts: Interrupted (a chunk takes minutes, a launch seconds)."""
     rounds = max((j.repeats for j in jobs), default=0)
     taken: dict[int, list[RunResult]] = {i: [] for i in range(len(jobs))}
     index = {id(j): i for i, j in enumerate(jobs)}
     for r in range(rounds):
         live = [j for i, j in enumerate(jobs) if r < j.repeats and all(x.ok for x in taken[i])]
         for block in round_order(live, rng):
+            if stop is not None and stop.is_set():
+                raise Interrupted(f"stopped in round {r + 1} of {rounds}")
             results = run(
                 [Job(workload=j.workload, size=j.size, config=j.config, repeats=1) for j in block]
             )
@@ -101,8 +110,10 @@ def measure_interleaved(
     return [combine(taken[i]) for i in range(len(jobs))]
 
 
-def run_jobs(timeout_s: float) -> RunMany:
+def run_jobs(timeout_s: float, cancel: threading.Event | None = None) -> RunMany:
+    """run_many with this timeout; setting `cancel` kills the launch that runs (Cancelled)."""
+
     def run(jobs: Sequence[Job]) -> list[RunResult]:
-        return run_many(jobs, timeout_s=timeout_s)
+        return run_many(jobs, timeout_s=timeout_s, cancel=cancel)
 
     return run
