@@ -48,6 +48,20 @@ def with_run(run: SessionStepRun, *more: SessionStepRun) -> list:
     return events + [(4 + i, r) for i, r in enumerate([run, *more])]
 
 
+def step_run(step: int, config: dict, runtime: float, race: str | None = None) -> SessionStepRun:
+    """A run of THREADS_UP's session at `step` (a race's re-runs each have their own step)."""
+    return SessionStepRun(
+        session_id="s",
+        step=step,
+        move="THREADS_UP",
+        config=config,
+        status="ok",
+        runtime_s=runtime,
+        spread=0.01,
+        race=race,  # type: ignore[arg-type]
+    )
+
+
 def test_a_faster_move_beyond_the_noise_is_kept_a_tie_races_and_a_failure_is_a_miss() -> None:
     faster = SessionStepRun(
         session_id="s", step=1, config=B, status="ok", runtime_s=0.5, spread=0.01
@@ -66,16 +80,7 @@ def test_a_race_runs_incumbent_then_candidate_and_its_runs_decide() -> None:
     steps = iter(range(1, 100))
 
     def run(config: dict, runtime: float, race: str | None = None) -> SessionStepRun:
-        return SessionStepRun(
-            session_id="s",
-            step=next(steps),  # every run its own step, a race's re-runs included
-            move="THREADS_UP",
-            config=config,
-            status="ok",
-            runtime_s=runtime,
-            spread=0.01,
-            race=race,  # type: ignore[arg-type]
-        )
+        return step_run(next(steps), config, runtime, race)  # every run its own step
 
     first = run(B, 0.985)
     assert resolve(replay(with_run(first))).race == "incumbent"
@@ -97,18 +102,7 @@ def test_a_race_runs_incumbent_then_candidate_and_its_runs_decide() -> None:
 def test_a_session_budget_counts_the_pairs_raced_over_the_whole_session() -> None:
     from hpc_ds1.runner.keep import KeepRule
 
-    def run(step: int, config: dict, runtime: float, race: str | None = None) -> SessionStepRun:
-        return SessionStepRun(
-            session_id="s",
-            step=step,
-            move="THREADS_UP",
-            config=config,
-            status="ok",
-            runtime_s=runtime,
-            spread=0.01,
-            race=race,  # type: ignore[arg-type]
-        )
-
+    run = step_run
     one_pair = [run(2, A, 1.0, "incumbent"), run(3, B, 0.99, "candidate")]
     state = replay(with_run(run(1, B, 0.99), *one_pair))
     assert state.race_pairs == 1
