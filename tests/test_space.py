@@ -109,6 +109,26 @@ def test_neighbours_one_change_each_and_only_feasible() -> None:
     assert "TILE_UP" not in neighbours(Config(ranks=1, threads=1, tile=256), s)
 
 
+def test_configurations_and_neighbours_worked_out_once_are_each_callers_own() -> None:
+    """They are cached per space (training replays ask hundreds of thousands of times): what
+    one caller does to its list or dict must not reach the next caller."""
+    s = space()
+    first = s.configs()
+    first.clear()
+    assert s.configs() == space().configs() and len(s.configs()) > 0
+    c = Config(ranks=2, threads=1, tile=64)
+    got = neighbours(c, s)
+    got.pop("TILE_UP")
+    assert neighbours(c, s)["TILE_UP"] == Config(ranks=2, threads=1, tile=128)
+    # a different space is a different key: 4 CPUs allow threads=4
+    assert len(space(cpus=4).configs()) > len(s.configs())
+    # a space built by hand with lists (not hashable) is worked out each time, not refused
+    listed = ConfigSpace(ranks=[1, 2], threads=[1, 2], tiles=[64], max_workers=4)  # type: ignore[arg-type]
+    assert len(listed.configs()) == 4 and "RANKS_UP" in neighbours(
+        Config(ranks=1, threads=1, tile=64), listed
+    )
+
+
 def test_a_trade_keeps_ranks_times_threads() -> None:
     s = space()
     pairs = {}

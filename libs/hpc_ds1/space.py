@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -219,16 +220,10 @@ class ConfigSpace:
 
     def configs(self) -> list[Config]:
         """Every feasible configuration."""
-        out = []
-        for gpu in (False, True) if self.has_gpu else (False,):
-            for r in self.ranks:
-                for t in self.threads:
-                    for tile in self.tiles:
-                        for block in self.blocks:
-                            c = Config(ranks=r, threads=t, tile=tile, block=block, gpu=gpu)
-                            if self.contains(c):
-                                out.append(c)
-        return out
+        try:
+            return list(_feasible(self))
+        except TypeError:  # a space built by hand with lists is not hashable: not cached
+            return list(_feasible.__wrapped__(self))
 
     def default(self, tile: int | None = None) -> Config:
         """One rank using every core, the middle tile, the kernel's own block: a sensible
@@ -237,6 +232,23 @@ class ConfigSpace:
         middle = self.tiles[(len(self.tiles) - 1) // 2]
         chosen = tile if tile is not None else (self.default_tile or middle)
         return Config(ranks=1, threads=threads, tile=chosen, block=self.default_block)
+
+
+# A space and a configuration are immutable, and the replays of training and evaluation ask for
+# the same spaces' configurations and neighbours hundreds of thousands of times (70 % of a
+# training's time went there): each is worked out once.
+@functools.lru_cache(maxsize=1024)
+def _feasible(space: ConfigSpace) -> tuple[Config, ...]:
+    out = []
+    for gpu in (False, True) if space.has_gpu else (False,):
+        for r in space.ranks:
+            for t in space.threads:
+                for tile in space.tiles:
+                    for block in space.blocks:
+                        c = Config(ranks=r, threads=t, tile=tile, block=block, gpu=gpu)
+                        if space.contains(c):
+                            out.append(c)
+    return tuple(out)
 
 
 def _step(values: tuple[int, ...], current: int, direction: int) -> int | None:
@@ -288,9 +300,17 @@ def apply_move(config: Config, move: str, space: ConfigSpace) -> Config | None:
 
 def neighbours(config: Config, space: ConfigSpace) -> dict[str, Config]:
     """Every feasible configuration one move away, keyed by the move (STOP is not a neighbour)."""
-    out = {}
+    try:
+        return dict(_neighbours(config, space))
+    except TypeError:  # a space built by hand with lists is not hashable: not cached
+        return dict(_neighbours.__wrapped__(config, space))
+
+
+@functools.lru_cache(maxsize=65536)
+def _neighbours(config: Config, space: ConfigSpace) -> tuple[tuple[str, Config], ...]:
+    out = []
     for move in MOVES:
         nxt = apply_move(config, move, space)
         if nxt is not None:
-            out[move] = nxt
-    return out
+            out.append((move, nxt))
+    return tuple(out)

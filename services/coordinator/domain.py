@@ -72,11 +72,12 @@ class SessionState:
 
 
 def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
-    """The state after one more event (events of other types leave it as it was)."""
-    state = replace(state, version=seq)
+    """The state after one more event (events of other types leave it as it was, but for its
+    version). One replace() per event: training's replays fold hundreds of thousands."""
     if isinstance(event, SessionStarted):
         return replace(
             state,
+            version=seq,
             session_id=event.session_id,
             device_id=event.device_id,
             workload=event.workload,
@@ -85,11 +86,13 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
             status="running",
         )
     if isinstance(event, SessionStepRun):
-        state = replace(state, runs=state.runs + 1)
+        runs = state.runs + 1
         if event.step == 0:
             ok = event.status == "ok"
             return replace(
                 state,
+                version=seq,
+                runs=runs,
                 start_runtime_s=event.runtime_s,
                 best_config=event.config if ok else None,
                 best_runtime_s=event.runtime_s if ok else None,
@@ -99,10 +102,11 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
         if state.pending is not None and event.race is not None:
             pairs = state.race_pairs + (event.race == "candidate")
             pending = replace(state.pending, race=(*state.pending.race, event))
-            return replace(state, pending=pending, race_pairs=pairs)
+            return replace(state, version=seq, runs=runs, pending=pending, race_pairs=pairs)
         if state.pending is not None:
-            return replace(state, pending=replace(state.pending, run=event))
-        return state
+            pending = replace(state.pending, run=event)
+            return replace(state, version=seq, runs=runs, pending=pending)
+        return replace(state, version=seq, runs=runs)
     if isinstance(event, SessionMoveDecided):
         tried = state.tried | {(config_key(event.config), event.move)}
         pending = PendingMove(
@@ -113,12 +117,13 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
             event.confidence,
             approved=event.mode == "auto",
         )
-        return replace(state, tried=tried, pending=pending)
+        return replace(state, version=seq, tried=tried, pending=pending)
     if isinstance(event, SessionPaused):
-        return replace(state, status="paused", awaiting=event.approval_id)
+        return replace(state, version=seq, status="paused", awaiting=event.approval_id)
     if isinstance(event, SessionResumed):
         return replace(
             state,
+            version=seq,
             status="running",
             awaiting=None,
             pending=_after_verdict(state.pending, event.approved),
@@ -130,6 +135,7 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
             candidate = _samples([run, *_raced(was, "candidate")]) if was and run else ()
             return replace(
                 state,
+                version=seq,
                 pending=None,
                 misses=0,
                 best_config=event.config,
@@ -140,13 +146,22 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
         # the incumbent's re-runs stay its evidence
         more = _samples(_raced(was, "incumbent")) if was else ()
         return replace(
-            state, pending=None, misses=event.misses_in_a_row, best_runs=state.best_runs + more
+            state,
+            version=seq,
+            pending=None,
+            misses=event.misses_in_a_row,
+            best_runs=state.best_runs + more,
         )
     if isinstance(event, SessionFinished):
         return replace(
-            state, status="finished", finish_reason=event.reason, pending=None, awaiting=None
+            state,
+            version=seq,
+            status="finished",
+            finish_reason=event.reason,
+            pending=None,
+            awaiting=None,
         )
-    return state
+    return replace(state, version=seq)
 
 
 def _after_verdict(pending: PendingMove | None, approved: bool) -> PendingMove | None:

@@ -3,6 +3,7 @@ Every runtime a replayed session sees is one of these measured medians."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -34,7 +35,7 @@ class Cell:
     points: dict[Config, Point]
     failed: frozenset[Config]
 
-    @property
+    @functools.cached_property  # a cell is built once and replayed from every start
     def best_config(self) -> Config:
         return min(self.points, key=lambda c: (self.points[c].runtime_s, c.label()))
 
