@@ -127,3 +127,42 @@ LIAR = Workload(
     tiles=(1,),
     default_tile=1,
 )
+
+
+@dataclass
+class JittedDot:
+    """np.dot inside a jitted kernel: numba calls BLAS (through scipy) for it."""
+
+    ctx: RankContext
+    a: np.ndarray
+    got: float = 0.0
+
+    def run(self) -> None:
+        from numba import njit
+
+        self.got = float(njit(_dot)(self.a, self.a))
+
+    def check(self) -> CheckResult:
+        want = float(self.a @ self.a)
+        return CheckResult(abs(self.got - want) <= 1e-9 * want, abs(self.got - want))
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    return np.dot(a, b)  # type: ignore[no-any-return]
+
+
+def _prepare_dot(ctx: RankContext, n: int, tile: int) -> JittedDot:
+    return JittedDot(ctx, np.arange(1, n + 1, dtype=np.float64))
+
+
+JITTED_DOT = Workload(
+    name="test-jitted-dot",
+    description="np.dot in a numba kernel (BLAS)",
+    prepare=_prepare_dot,
+    work=_work,
+    memory=_memory,
+    sizes=(10, 20, 40, 80, 160, 320),
+    held_out=(),
+    tiles=(1,),
+    default_tile=1,
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpc_ds1.runner.checks import InvalidJob
 from hpc_ds1.runner.estimate import (
     Measured,
     RunTooLong,
@@ -13,7 +14,6 @@ from hpc_ds1.runner.estimate import (
     from_model,
     measured_rows,
 )
-from hpc_ds1.runner.validate import InvalidJob
 from hpc_ds1.space import Config
 from hpc_ds1.workloads import get_workload
 

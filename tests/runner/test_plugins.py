@@ -45,6 +45,18 @@ def test_plugin_workload_runs_through_the_runner(registered: object) -> None:
     assert "module=tests.runner.plugins" in results[0].command
 
 
+def test_a_plugin_kernel_calling_blas_runs() -> None:
+    """The rank program skips numba's BLAS probe for built-in kernels only (rank.py): a
+    plug-in's jitted np.dot still finds BLAS."""
+    space = ConfigSpace.for_cpus(2, plugins.JITTED_DOT.tiles)
+    try:
+        result = run(plugins.JITTED_DOT, 80, Config(ranks=1, threads=1, tile=1), space=space)
+    finally:
+        unregister(plugins.JITTED_DOT.name)
+    assert result.status is Status.OK, result.error
+    assert result.check_ok
+
+
 def test_plugin_by_object_without_prior_registration() -> None:
     unregister(plugins.VECTOR_SUM.name)
     space = ConfigSpace.for_cpus(2, plugins.VECTOR_SUM.tiles)

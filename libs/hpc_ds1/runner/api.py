@@ -22,11 +22,11 @@ from typing import Any
 
 from hpc_ds1.devicelock import Cancelled
 from hpc_ds1.runner import launch, protocol
+from hpc_ds1.runner.checks import InvalidJob, check_size, validate
 from hpc_ds1.runner.jobspec import JobSpec
 from hpc_ds1.runner.noise import coefficient_of_variation, relative_spread
 from hpc_ds1.runner.procs import Process
 from hpc_ds1.runner.result import Job, RunResult, Status
-from hpc_ds1.runner.validate import InvalidJob, check_size, validate
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import CommandWorkload, Workload
 

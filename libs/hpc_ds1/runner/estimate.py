@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_ds1.runner.validate import InvalidJob
+from hpc_ds1.runner.checks import InvalidJob
 from hpc_ds1.space import Config
 from hpc_ds1.workloads import Work, Workload
 
