@@ -28,6 +28,7 @@ from hpc_ds1.model.transfer import (
     pick,
     predict,
     relative_table,
+    tied_with,
     to_metadata,
 )
 from hpc_ds1.space import STOP, Config, neighbours
@@ -90,13 +91,32 @@ def test_leave_one_size_out_prefers_transfer_over_a_wrong_model() -> None:
     assert inside[chosen["weight"]["inside"]]["pct_of_best"] > inside[0.0]["pct_of_best"]
 
 
-def test_leave_one_size_out_keeps_an_exact_model() -> None:
-    measured = landscape()
+def test_leave_one_size_out_keeps_an_exact_model_where_transfer_picks_worse() -> None:
+    # two workloads of the same shape, so each kind has 4 folds
+    measured = landscape() | {("v", s, c): 3.0 * t for (_, s, c), t in landscape().items()}
     exact = {k: math.log10(t) for k, t in measured.items()}
     chosen = choose_weights(table_of(measured), exact, measured)
-    # every weight picks well inside; the exact model has no error, so it wins on RMSE
-    assert chosen["weight"] == {"inside": 0.0, "outside": 0.0}
-    assert chosen["rmse_log10"]["inside"] == pytest.approx(0.0, abs=1e-9)
+    # transfer picks worse at some folds (extrapolating outside the range, and near the
+    # crossover inside); the exact model picks the best at every fold
+    for kind in ("inside", "outside"):
+        rows = {r["weight"]: r for r in chosen["by_weight"][kind]}
+        best_everywhere = [w for w, r in rows.items() if r["pct_of_best"] == pytest.approx(100.0)]
+        assert rows[1.0]["pct_of_best"] < 100.0 and not rows[1.0]["within_one_se_of_best"]
+        assert 0.0 in best_everywhere and all(
+            rows[w]["within_one_se_of_best"] for w in best_everywhere
+        )
+        # among the weights tied with the best, the measured relative runtimes weigh most
+        assert chosen["weight"][kind] == max(best_everywhere)
+
+
+def test_one_standard_error_ties_are_paired_by_fold() -> None:
+    # 0.5 point short at every fold: consistently worse, not tied
+    assert not tied_with([99.5, 94.5, 89.5], [100.0, 95.0, 90.0])
+    # short by 3 at one fold, ahead by 2 at another: the mean gap (0.33) is within its
+    # standard error (1.45)
+    assert tied_with([97.0, 97.0, 90.0], [100.0, 95.0, 90.0])
+    assert tied_with([100.0, 95.0, 90.0], [100.0, 95.0, 90.0])
+    assert not tied_with([99.0], [100.0])  # one fold: only the best itself
 
 
 def test_no_fold_means_the_model_alone() -> None:
