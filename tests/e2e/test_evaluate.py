@@ -64,7 +64,15 @@ async def test_evaluate_measures_publishes_and_never_trains_on_held_out(
     assert results["model_version"] == first["version"] and results["seed"] == 5
     assert results["landscape"]["sizes"] == {"gemm": [240], "montecarlo": [300000]}
     policies = {row["policy"] for row in results["sessions"]["table"]}
-    assert policies == {"model", "model_transfer", "greedy", "random", "optuna_tpe", "exhaustive"}
+    assert policies == {
+        "model",
+        "model_recommend",
+        "model_transfer",
+        "greedy",
+        "random",
+        "optuna_tpe",
+        "exhaustive",
+    }
     plot = trained["home"] / "evaluation" / f"{first['version']}-full.png"
     assert plot.read_bytes()[:4] == b"\x89PNG"
 

@@ -28,7 +28,15 @@ def test_every_policy_replays_every_start_on_the_measured_landscape(
     cells, _ = build_cells([m for m in measurements if m.held_out], model.space_for)
     assert r["landscape"]["cells"] == len(cells) == sum(len(s) for s in HELD_OUT.values())
     table = {row["policy"]: row for row in r["sessions"]["table"]}
-    assert set(table) == {"model", "model_transfer", "greedy", "random", "optuna_tpe", "exhaustive"}
+    assert set(table) == {
+        "model",
+        "model_recommend",
+        "model_transfer",
+        "greedy",
+        "random",
+        "optuna_tpe",
+        "exhaustive",
+    }
     starts = sum(len(c.points) for c in cells)
     assert {row["sessions"] for row in table.values()} == {starts}  # same starts for all
     assert table["exhaustive"]["pct_median"] == 100.0
@@ -43,6 +51,9 @@ def test_every_policy_replays_every_start_on_the_measured_landscape(
         assert o.pct_of_best == pytest.approx(
             100 * cell.best_runtime_s / cell.points[o.final].runtime_s
         )
+        if o.policy == "model_recommend":  # where `tune` starts without --start
+            space = model.space_for(o.workload)
+            assert o.start == model.recommend(o.workload, o.size, space=space).config
 
 
 def test_system1_guard_and_calibration_tables(evaluation: Evaluation) -> None:

@@ -12,6 +12,7 @@ from .policies import POLICIES, SessionOutcome
 
 COLOURS = {
     "model": "#1f77b4",
+    "model_recommend": "#1a9850",
     "model_transfer": "#17becf",
     "greedy": "#ff7f0e",
     "random": "#2ca02c",

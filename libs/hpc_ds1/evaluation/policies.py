@@ -26,7 +26,15 @@ from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
 
 from .landscape import Cell
 
-POLICIES = ("model", "model_transfer", "greedy", "random", "optuna_tpe", "exhaustive")
+POLICIES = (
+    "model",
+    "model_recommend",
+    "model_transfer",
+    "greedy",
+    "random",
+    "optuna_tpe",
+    "exhaustive",
+)
 REPLAY_ID = "replay"
 
 

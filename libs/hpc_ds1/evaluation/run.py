@@ -297,9 +297,10 @@ def _replay_sessions(
     rule: KeepRule = DEFAULT_RULE,
     transfer: Table | None = None,
 ) -> list[pol.SessionOutcome]:
-    """Every policy from every start of every cell; "model_transfer" is the model's session
-    from the interpolated-transfer configuration (the same for every start; one per start, so
-    each cell weighs the same in every policy's figures)."""
+    """Every policy from every start of every cell; "model_recommend" is the model's session
+    from its own recommendation (where `hpc-ds1 tune` starts without --start) and
+    "model_transfer" from the interpolated-transfer configuration: the same for every start,
+    one per start, so each cell weighs the same in every policy's figures."""
     starts = {id(c): sorted(c.points, key=Config.label) for c in cells}
     total = 2 * sum(len(s) for s in starts.values())
     done = 0
@@ -307,12 +308,12 @@ def _replay_sessions(
     for cell in cells:
         space = model.space_for(cell.workload)
         moved = _transfer_session(model, cell, space, thresholds, rule, seed, transfer)
+        recommended = _recommend_session(model, cell, space, thresholds, rule, seed)
         for start in starts[id(cell)]:
             outcomes.append(
                 pol.model_session(model, cell, start, space, thresholds, rule=rule, seed=seed)
             )
-            if moved is not None:
-                outcomes.append(moved)
+            outcomes += [o for o in (recommended, moved) if o is not None]
             outcomes.append(pol.greedy_session(cell, start, space))
             outcomes.append(pol.exhaustive_session(cell, start, space))
             done += 1
@@ -329,6 +330,19 @@ def _replay_sessions(
             done += 1
             progress(f"replaying random, Optuna TPE (budget {budget})", done, total)
     return outcomes
+
+
+def _recommend_session(
+    model: Model, cell: Cell, space: Any, thresholds: Thresholds, rule: KeepRule, seed: int
+) -> pol.SessionOutcome | None:
+    """The model's session from its own recommendation, as `hpc-ds1 tune` runs one without
+    --start; None where that configuration failed at this size (nothing to replay from)."""
+    start = model.recommend(cell.workload, cell.size, space=space, thresholds=thresholds).config
+    if start not in cell.points:
+        return None
+    return pol.model_session(
+        model, cell, start, space, thresholds, rule=rule, seed=seed, policy="model_recommend"
+    )
 
 
 def _transfer_session(

@@ -10,6 +10,8 @@ import uPlot from "../vendor/uplot.esm.js";
 
 const POLICY = {
   model: "HPC-DS1 model",
+  model_recommend: "HPC-DS1 model from its recommendation (as tune starts)",
+  model_transfer: "HPC-DS1 model from the interpolated-transfer pick",
   greedy: "greedy (every neighbour, best kept)",
   random: "random search (same budget)",
   optuna_tpe: "Optuna TPE (same budget)",
