@@ -4,7 +4,7 @@ home's log are replayed with every variant (evaluation/compare.py) and scored on
 The final held-out set is left out. Run:
 
     HPC_DS1_HOME=/tmp/home .venv/bin/python benchmarks/compare_policies.py [--seeds 0,1,2]
-        [--cache FILE] [--json]
+        [--cache FILE] [--json] [--weight W] [--decide-share S]
 
 after `hpc-ds1 setup --quick` and `hpc-ds1 evaluate --quick --truth-all` on that home.
 `--cache FILE` keeps the loaded measurements (JSON) and reads them from there next time, so a
@@ -65,6 +65,18 @@ def main() -> int:
         help="the same model with its transfer prior and calibration taken out of its metadata "
         "(System 1 and confidences as before issue 13 part 2), for a before/after",
     )
+    parser.add_argument(
+        "--weight",
+        type=float,
+        help="replay with this transfer weight inside and outside the trained range (0 to 1) "
+        "instead of the model file's",
+    )
+    parser.add_argument(
+        "--decide-share",
+        type=float,
+        help="replay with this share of the transfer weight in decide (0 to 1) instead of the "
+        "model file's",
+    )
     args = parser.parse_args()
     settings = load_settings(quiet=True)
     model = load(settings.home, log_decisions=False)
@@ -78,6 +90,13 @@ def main() -> int:
         path = latest_path(settings.models_dir)
         assert path is not None  # load() found it
         model = Model.from_onnx(stripped(path.read_bytes()), model.thresholds).bind(model.host)
+    try:
+        if args.weight is not None:
+            model = model.reweighted({"inside": args.weight, "outside": args.weight})
+        if args.decide_share is not None:
+            model = model.with_decide_share(args.decide_share)
+    except ValueError as error:
+        parser.error(str(error))
     if args.cache and args.cache.exists():
         rows = orjson.loads(args.cache.read_bytes())
     else:

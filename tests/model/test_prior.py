@@ -207,6 +207,23 @@ def test_a_reweighted_model_recommends_as_a_file_carrying_that_weight(
             model.reweighted(bad)
 
 
+def test_a_model_with_another_decide_share_decides_as_a_file_carrying_it(
+    trained: TrainedModel, model: Model
+) -> None:
+    def set_share(meta: dict[str, Any]) -> None:
+        meta["transfer"]["decide_share"] = 1.0
+
+    carried = Model.from_onnx(edited(trained.to_onnx(), set_share))
+    again = model.with_decide_share(1.0)
+    assert again.decide_share == carried.decide_share == 1.0
+    assert model.decide_share == trained.metadata["transfer"]["decide_share"]  # left as it was
+    for workload, size in (("gemm", 80), ("gemm", 200)):
+        assert again.decide_prior(workload, size) == carried.decide_prior(workload, size)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="accepted is a number between 0 and 1"):
+            model.with_decide_share(bad)
+
+
 def test_an_older_model_file_without_prior_or_calibration_keeps_working(
     trained: TrainedModel, measurements: list
 ) -> None:

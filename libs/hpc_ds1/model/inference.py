@@ -396,6 +396,15 @@ class Model:
         other._priors, other._aligned = {}, {}
         return other
 
+    def with_decide_share(self, share: float) -> Model:
+        """The same model with another share of the transfer weight in `decide` (in [0, 1]):
+        for development comparisons of the share, sharing the ONNX session."""
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"decide share {share}: accepted is a number between 0 and 1")
+        other = copy.copy(self)
+        other.decide_share = float(share)
+        return other
+
     def _aligned_prior(
         self, workload: str, size: int, space: ConfigSpace
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], float, float | None] | None:
