@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -116,8 +117,11 @@ def _active_tasks(engine: Engine) -> tuple[list[ActiveTask], dict[str, float]]:
 
 
 class FleetLifecycle:
-    def __init__(self, ctx: ServiceContext, tick_s: float = TICK_S) -> None:
+    def __init__(
+        self, ctx: ServiceContext, tick_s: float = TICK_S, clock: Callable[[], float] = time.time
+    ) -> None:
         self.ctx = ctx
+        self.clock = clock  # Unix seconds; a test passes its own to decide when time passes
         self.settings = ctx.settings
         self.bus = ctx.bus
         self.tick_s = tick_s
@@ -304,7 +308,7 @@ class FleetLifecycle:
     async def tick(self, now: float | None = None) -> None:
         """One pass: liveness crossings, then every task out on a device that cannot run it."""
         assert self.kv is not None, "run() opens the liveness bucket"
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         beats = await all_beats(self.kv)
         for device_id, beat in beats.items():
             if beat.running:
