@@ -309,7 +309,7 @@ class FleetLifecycle:
         """One pass: liveness crossings, then every task out on a device that cannot run it."""
         assert self.kv is not None, "run() opens the liveness bucket"
         now = self.clock() if now is None else now
-        beats = await all_beats(self.kv)
+        beats = await all_beats(self.kv, also=self.devices)
         for device_id, beat in beats.items():
             if beat.running:
                 self.busy_at[device_id] = now

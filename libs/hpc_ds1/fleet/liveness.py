@@ -6,6 +6,7 @@ offline) into device.status_changed events."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -52,14 +53,17 @@ async def last_beat(kv: KeyValue, device_id: str) -> Heartbeat | None:
     return Heartbeat.model_validate(orjson.loads(entry.value))
 
 
-async def all_beats(kv: KeyValue) -> dict[str, Heartbeat]:
-    """Every device heard from within the TTL."""
+async def all_beats(kv: KeyValue, also: Iterable[str] = ()) -> dict[str, Heartbeat]:
+    """Every device heard from within the TTL. `also`: device ids read by key whether or not
+    the listing named them: a key put while the bucket is listed can be missing from the list,
+    which would read as a silent device."""
     try:
-        keys = await kv.keys()
+        keys = set(await kv.keys())
     except NoKeysError:  # an empty bucket
-        return {}
+        keys = set()
+    keys |= set(also)
     beats: dict[str, Heartbeat] = {}
-    for key in keys:
+    for key in sorted(keys):
         found = await last_beat(kv, key)
         if found is not None:
             beats[key] = found
