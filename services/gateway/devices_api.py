@@ -286,6 +286,9 @@ async def _until(check: Any, wait_s: float) -> bool:
 def devices_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
     router = APIRouter(tags=["devices"])
     bucket: list[KeyValue] = []
+    # the devices the last listing showed, read by key as well: a key put while the bucket is
+    # listed can be missing from the listing and would show a live device as offline
+    known: set[str] = set()
 
     async def kv() -> KeyValue:
         if not bucket:
@@ -296,7 +299,7 @@ def devices_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRout
         """The heartbeats (all, or one device's); none when the bucket cannot be read."""
         try:
             if device_id is None:
-                return await all_beats(await kv())
+                return await all_beats(await kv(), also=tuple(known))
             one = await last_beat(await kv(), device_id)
             return {device_id: one} if one is not None else {}
         except Exception as error:
@@ -308,6 +311,9 @@ def devices_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRout
         running = {b.running for b in heard.values() if b.running}
         found = await asyncio.to_thread(_load, engine, device_id, running)
         now = time.time()
+        if device_id is None:
+            known.clear()
+            known.update(row["device_id"] for row in found["devices"])
         return [
             _view(row, found, heard.get(row["device_id"]), settings, now)
             for row in found["devices"]

@@ -210,7 +210,7 @@ class PlacementService:
     async def read_liveness(self) -> None:
         if self.kv is None:
             self.kv = await liveness.liveness_bucket(self.bus.js, self.settings)
-        beats = await liveness.all_beats(self.kv)
+        beats = await liveness.all_beats(self.kv, also=self.state.devices)
         now = time.time()
         online = {d: liveness.is_online(b, self.settings, now) for d, b in beats.items()}
         came = self.state.set_liveness(online)
