@@ -45,6 +45,8 @@ class Variant:
     recommend: bool = False  # start from the model's own recommend (what `tune` does now)
     weight: float | None = None  # recommend with this transfer weight instead of the file's
     explore_first: bool = False  # never stop before a move was tried (choose_move)
+    pick: bool = False  # PICK where the session would stop away from the model's System 1
+    pick_after_misses: bool = False  # ... and after two misses
 
 
 def default_variants() -> list[Variant]:
@@ -57,6 +59,17 @@ def default_variants() -> list[Variant]:
         Variant("model from recommend at w=1", DEFAULT_RULE, False, True, 1.0),
         Variant("model from recommend at w=1, explore first", DEFAULT_RULE, False, True, 1.0, True),
         Variant("model, explore first", DEFAULT_RULE, False, explore_first=True),
+        Variant("model, PICK instead of STOP", DEFAULT_RULE, False, pick=True),
+        Variant(
+            "model, PICK instead of STOP or two misses",
+            DEFAULT_RULE,
+            False,
+            pick=True,
+            pick_after_misses=True,
+        ),
+        Variant(
+            "model from its recommend, PICK instead of STOP", DEFAULT_RULE, False, True, pick=True
+        ),
     ]
     return out
 
@@ -172,6 +185,7 @@ def _sessions(
             start = recommender.recommend(cell.workload, cell.size, space=space).config
             # a start that failed at this size is not replayable
             starts = [start] if start in cell.points else []
+        system1 = pol.system1_answer(recommender, cell, space, model.thresholds)
         for start in starts:
             o = pol.model_session(
                 model,
@@ -182,6 +196,8 @@ def _sessions(
                 rule=variant.rule,
                 seed=seed,
                 explore_first=variant.explore_first,
+                system1=system1 if variant.pick else None,
+                pick_after_misses=variant.pick_after_misses,
             )
             # one per start: a recommend session stands for every start, as the transfer row
             out += [o] * (len(cell.points) if variant.recommend else 1)

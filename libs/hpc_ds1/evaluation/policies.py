@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,9 +21,10 @@ from hpc_ds1.services.coordinator.domain import (
     SessionState,
     choose_move,
     evolve,
+    pick_to_offer,
     resolve,
 )
-from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
+from hpc_ds1.space import PICK, STOP, Config, ConfigSpace, apply_move, neighbours
 
 from .landscape import Cell
 
@@ -120,9 +122,15 @@ def model_session(
     seed: int = 0,
     policy: str = "model",
     explore_first: bool = False,
+    system1: Mapping[str, Any] | None = None,
+    pick_after_misses: bool = False,
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session, with the
-    coordinator's keep rule; a race's re-runs come from `rerun` (seeded)."""
+    coordinator's keep rule; a race's re-runs come from `rerun` (seeded). `system1`: the
+    model's System 1 answer for the job (`system1_answer`), tried as one more move, PICK,
+    where the session would stop away from it (with `pick_after_misses`, also where two misses
+    would end it): a variant measured by compare.py, not what the coordinator does; None: the
+    coordinator's session."""
     started = SessionStarted(
         session_id=REPLAY_ID,
         device_id=model.device_id,
@@ -135,6 +143,7 @@ def model_session(
     ran = [start]
     reruns: dict[Config, int] = {}
     engineer, finish = 0, "max_runs"
+    after_misses = False
     # a bound only: choose_move never repeats a move, and a move races at most max_pairs pairs
     limit = (2 + 2 * rule.max_pairs) * len(space.configs())
     while s.runs < limit:
@@ -146,15 +155,23 @@ def model_session(
             thresholds=thresholds,
         )
         picked = choose_move(s, decision.choice, decision.alternatives, explore_first)
+        target: Config | None = None
+        if picked is None or picked[0] == STOP or after_misses:
+            offered = pick_to_offer(s, system1)
+            if offered is not None and system1 is not None:
+                target = Config.model_validate(offered)
+                picked = (PICK, float(system1["confidence"]))
         if picked is None:
             finish = "no_moves"
             break
         move, confidence = picked
         own = move == decision.choice
         # as the coordinator does: another move than the model's first choice is judged on
-        # its own confidence, and stays escalated when the decision was
+        # its own confidence, and stays escalated when the decision was; a PICK has System 1's
         mode = decision.mode
-        if not own and decision.mode != "escalate":
+        if move == PICK and system1 is not None:
+            mode = "escalate" if decision.mode == "escalate" else system1["mode"]
+        elif not own and decision.mode != "escalate":
             mode = thresholds.mode(confidence, [])[0]
         engineer += mode != "auto"
         if move == STOP:
@@ -174,7 +191,8 @@ def model_session(
                 config=s.best_config,
             ),
         )
-        target = apply_move(best, move, space)
+        if move != PICK:
+            target = apply_move(best, move, space)
         assert target is not None  # alternatives hold only the feasible moves
         run = _step_run(cell, step, move, target)
         ran.append(target)
@@ -217,12 +235,26 @@ def model_session(
             ),
         )
         if r.misses >= MAX_MISSES:
+            # a variant measured in docs/evaluation.md section 15: the PICK after two misses too
+            if pick_after_misses and not after_misses and pick_to_offer(s, system1) is not None:
+                after_misses = True
+                continue
             finish = "two_misses"
             break
     final = Config.model_validate(s.best_config)
     return _outcome(
         policy, cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
     )
+
+
+def system1_answer(model: Any, cell: Cell, space: ConfigSpace, thresholds: Thresholds) -> Any:
+    """What the decision service answers as `system1` for the cell's job: the model's
+    recommendation, its confidence and mode; None where it has no feasible configuration."""
+    try:
+        rec = model.recommend(cell.workload, cell.size, thresholds=thresholds, space=space)
+    except ValueError:
+        return None
+    return {"config": rec.config.model_dump(), "confidence": rec.confidence, "mode": rec.mode}
 
 
 def _fastest(cell: Cell, configs: Any) -> Config | None:
