@@ -252,75 +252,37 @@ def test_a_finished_session_keeps_its_best() -> None:
     assert state.best_spread == 0.02 and state.speedup == 2.0
 
 
+FAR = {"ranks": 2, "threads": 1, "tile": 128, "block": 4}
+
+
+def after_pick(runtime_s: float) -> list:
+    """A session whose first move was PICK, to FAR, run once in `runtime_s`."""
+    run = SessionStepRun(
+        session_id="s",
+        step=1,
+        move=PICK,
+        config=FAR,
+        status="ok",
+        runtime_s=runtime_s,
+        spread=0.01,
+    )
+    return [*started(), (3, decided(1, PICK)), (4, run)]
+
+
 def test_the_pick_is_offered_once_and_only_where_the_session_never_ran_it() -> None:
-    far = {"ranks": 2, "threads": 1, "tile": 128, "block": 4}
     fresh = replay(started())
     assert pick_to_offer(fresh, None) is None  # no System 1 answer: nothing to offer
-    assert pick_to_offer(fresh, {"config": far, "confidence": 0.4}) == far
+    assert pick_to_offer(fresh, {"config": FAR, "confidence": 0.4}) == FAR
     # the start was run: its pick is not offered, however it was dumped (block 0 or left out)
     assert pick_to_offer(fresh, {"config": {**A, "block": 0}}) is None
-    tried = replay(
-        [
-            *started(),
-            (3, decided(1, PICK)),
-            (
-                4,
-                SessionStepRun(
-                    session_id="s",
-                    step=1,
-                    move=PICK,
-                    config=far,
-                    status="ok",
-                    runtime_s=2.0,
-                    spread=0.01,
-                ),
-            ),
-        ]
-    )
+    tried = replay(after_pick(2.0))
     assert tried.pending is not None and tried.pending.move == PICK
-    assert pick_to_offer(tried, {"config": far}) is None  # once a session
-    other = {**far, "tile": 64}
+    assert pick_to_offer(tried, {"config": FAR}) is None  # once a session
+    other = {**FAR, "tile": 64}
     assert pick_to_offer(tried, {"config": other}) is None  # a retrained model: still once
 
 
 def test_a_pick_that_is_slower_is_reverted_like_any_move() -> None:
-    far = {"ranks": 2, "threads": 1, "tile": 128}
-    state = replay(
-        [
-            *started(),
-            (3, decided(1, PICK)),
-            (
-                4,
-                SessionStepRun(
-                    session_id="s",
-                    step=1,
-                    move=PICK,
-                    config=far,
-                    status="ok",
-                    runtime_s=2.0,
-                    spread=0.01,
-                ),
-            ),
-        ]
-    )
-    r = resolve(state)
+    r = resolve(replay(after_pick(2.0)))
     assert (r.kept, r.misses, r.race) == (False, 1, None)
-    faster = replay(
-        [
-            *started(),
-            (3, decided(1, PICK)),
-            (
-                4,
-                SessionStepRun(
-                    session_id="s",
-                    step=1,
-                    move=PICK,
-                    config=far,
-                    status="ok",
-                    runtime_s=0.5,
-                    spread=0.01,
-                ),
-            ),
-        ]
-    )
-    assert resolve(faster).kept
+    assert resolve(replay(after_pick(0.5))).kept
