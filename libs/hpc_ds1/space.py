@@ -36,10 +36,6 @@ USE_CPU = "USE_CPU"
 RANKS_UP_THREADS_DOWN = "RANKS_UP_THREADS_DOWN"
 RANKS_DOWN_THREADS_UP = "RANKS_DOWN_THREADS_UP"
 STOP = "STOP"
-# Not a neighbour and not a learned move: the model's System 1 configuration for the job, tried
-# once where a session would stop away from it. Measured offline only (evaluation/compare.py,
-# docs/evaluation.md section 15); sessions do not propose it.
-PICK = "PICK"
 MOVES: tuple[str, ...] = (
     RANKS_UP, RANKS_DOWN, THREADS_UP, THREADS_DOWN, TILE_UP, TILE_DOWN, USE_GPU, USE_CPU,
     RANKS_UP_THREADS_DOWN, RANKS_DOWN_THREADS_UP, BLOCK_UP, BLOCK_DOWN,

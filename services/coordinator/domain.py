@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -17,18 +16,13 @@ from hpc_ds1.events import (
     SessionStepRun,
 )
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule, Sample, Verdict, geometric_mean, judge
-from hpc_ds1.space import PICK, STOP, without_block_0
+from hpc_ds1.space import STOP
 
 MAX_MISSES = 2
 
 
 def config_key(config: dict[str, Any]) -> str:
     return ",".join(f"{k}={config[k]}" for k in sorted(config))
-
-
-def run_key(config: dict[str, Any]) -> str:
-    """The key of a configuration however it was dumped (block 0 written or left out)."""
-    return config_key(without_block_0(dict(config)))
 
 
 @dataclass(frozen=True)
@@ -62,7 +56,6 @@ class SessionState:
     misses: int = 0
     race_pairs: int = 0  # pairs raced over the session (a session budget counts them)
     tried: frozenset[tuple[str, str]] = frozenset()  # (config key, move) already proposed
-    ran: frozenset[str] = frozenset()  # config keys of every configuration the session ran
     pending: PendingMove | None = None
     awaiting: str | None = None  # approval id while paused
     finish_reason: str | None = None
@@ -94,14 +87,12 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
         )
     if isinstance(event, SessionStepRun):
         runs = state.runs + 1
-        ran = state.ran | {run_key(event.config)}
         if event.step == 0:
             ok = event.status == "ok"
             return replace(
                 state,
                 version=seq,
                 runs=runs,
-                ran=ran,
                 start_runtime_s=event.runtime_s,
                 best_config=event.config if ok else None,
                 best_runtime_s=event.runtime_s if ok else None,
@@ -111,13 +102,11 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
         if state.pending is not None and event.race is not None:
             pairs = state.race_pairs + (event.race == "candidate")
             pending = replace(state.pending, race=(*state.pending.race, event))
-            return replace(
-                state, version=seq, runs=runs, ran=ran, pending=pending, race_pairs=pairs
-            )
+            return replace(state, version=seq, runs=runs, pending=pending, race_pairs=pairs)
         if state.pending is not None:
             pending = replace(state.pending, run=event)
-            return replace(state, version=seq, runs=runs, ran=ran, pending=pending)
-        return replace(state, version=seq, runs=runs, ran=ran)
+            return replace(state, version=seq, runs=runs, pending=pending)
+        return replace(state, version=seq, runs=runs)
     if isinstance(event, SessionMoveDecided):
         tried = state.tried | {(config_key(event.config), event.move)}
         pending = PendingMove(
@@ -240,19 +229,6 @@ def resolve(state: SessionState, rule: KeepRule = DEFAULT_RULE) -> Resolution:
     if verdict.kept:
         return Resolution(True, 0, None, runtime, verdict)
     return Resolution(False, state.misses + (1 if verdict.miss else 0), None, runtime, verdict)
-
-
-def pick_to_offer(state: SessionState, system1: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The configuration a PICK move would run: the model's System 1 configuration for the job
-    (`system1`, as the decision service answers it), offered once per session and only when
-    the session never ran it; None otherwise. Replayed by the evaluation's comparisons
-    (docs/evaluation.md, section 15); the coordinator does not offer it."""
-    config = (system1 or {}).get("config")
-    if not config or any(move == PICK for _, move in state.tried):
-        return None
-    if run_key(config) in state.ran:
-        return None
-    return dict(config)
 
 
 def choose_move(

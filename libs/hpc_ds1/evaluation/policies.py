@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,10 +21,9 @@ from hpc_ds1.services.coordinator.domain import (
     SessionState,
     choose_move,
     evolve,
-    pick_to_offer,
     resolve,
 )
-from hpc_ds1.space import PICK, STOP, Config, ConfigSpace, apply_move, neighbours
+from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
 
 from .landscape import Cell
 
@@ -38,6 +37,10 @@ POLICIES = (
     "exhaustive",
 )
 REPLAY_ID = "replay"
+# Not a neighbour and not a learned move: the model's System 1 configuration for the job, tried
+# once where a session would stop away from it. Measured offline only (compare.py,
+# docs/evaluation.md section 15); the coordinator's sessions do not propose it.
+PICK = "PICK"
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def model_session(
     ran = [start]
     reruns: dict[Config, int] = {}
     engineer, finish = 0, "max_runs"
-    after_misses = False
+    after_misses = picked_once = False
     # a bound only: choose_move never repeats a move, and a move races at most max_pairs pairs
     limit = (2 + 2 * rule.max_pairs) * len(space.configs())
     while s.runs < limit:
@@ -157,9 +160,10 @@ def model_session(
         picked = choose_move(s, decision.choice, decision.alternatives, explore_first)
         target: Config | None = None
         if picked is None or picked[0] == STOP or after_misses:
-            offered = pick_to_offer(s, system1)
+            offered = pick_to_offer(system1, ran, picked_once)
             if offered is not None and system1 is not None:
-                target = Config.model_validate(offered)
+                picked_once = True
+                target = offered
                 picked = (PICK, float(system1["confidence"]))
         if picked is None:
             finish = "no_moves"
@@ -236,7 +240,8 @@ def model_session(
         )
         if r.misses >= MAX_MISSES:
             # a variant measured in docs/evaluation.md section 15: the PICK after two misses too
-            if pick_after_misses and not after_misses and pick_to_offer(s, system1) is not None:
+            offered = pick_to_offer(system1, ran, picked_once)
+            if pick_after_misses and not after_misses and offered is not None:
                 after_misses = True
                 continue
             finish = "two_misses"
@@ -245,6 +250,18 @@ def model_session(
     return _outcome(
         policy, cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
     )
+
+
+def pick_to_offer(
+    system1: Mapping[str, Any] | None, ran: Sequence[Config], picked_once: bool
+) -> Config | None:
+    """The configuration a PICK would run: System 1's for the job, once a session and only
+    where the session never ran it; None otherwise."""
+    config = (system1 or {}).get("config")
+    if not config or picked_once:
+        return None
+    pick = Config.model_validate(config)
+    return None if pick in ran else pick
 
 
 def system1_answer(model: Any, cell: Cell, space: ConfigSpace, thresholds: Thresholds) -> Any:

@@ -11,8 +11,7 @@ from hpc_ds1.events import (
     SessionStarted,
     SessionStepRun,
 )
-from hpc_ds1.services.coordinator.domain import choose_move, pick_to_offer, replay, resolve
-from hpc_ds1.space import PICK
+from hpc_ds1.services.coordinator.domain import choose_move, replay, resolve
 
 A = {"ranks": 1, "threads": 1, "tile": 32}
 B = {"ranks": 1, "threads": 2, "tile": 32}
@@ -250,39 +249,3 @@ def test_a_finished_session_keeps_its_best() -> None:
     state = replay(events)
     assert state.status == "finished" and state.best_config == B
     assert state.best_spread == 0.02 and state.speedup == 2.0
-
-
-FAR = {"ranks": 2, "threads": 1, "tile": 128, "block": 4}
-
-
-def after_pick(runtime_s: float) -> list:
-    """A session whose first move was PICK, to FAR, run once in `runtime_s`."""
-    run = SessionStepRun(
-        session_id="s",
-        step=1,
-        move=PICK,
-        config=FAR,
-        status="ok",
-        runtime_s=runtime_s,
-        spread=0.01,
-    )
-    return [*started(), (3, decided(1, PICK)), (4, run)]
-
-
-def test_the_pick_is_offered_once_and_only_where_the_session_never_ran_it() -> None:
-    fresh = replay(started())
-    assert pick_to_offer(fresh, None) is None  # no System 1 answer: nothing to offer
-    assert pick_to_offer(fresh, {"config": FAR, "confidence": 0.4}) == FAR
-    # the start was run: its pick is not offered, however it was dumped (block 0 or left out)
-    assert pick_to_offer(fresh, {"config": {**A, "block": 0}}) is None
-    tried = replay(after_pick(2.0))
-    assert tried.pending is not None and tried.pending.move == PICK
-    assert pick_to_offer(tried, {"config": FAR}) is None  # once a session
-    other = {**FAR, "tile": 64}
-    assert pick_to_offer(tried, {"config": other}) is None  # a retrained model: still once
-
-
-def test_a_pick_that_is_slower_is_reverted_like_any_move() -> None:
-    r = resolve(replay(after_pick(2.0)))
-    assert (r.kept, r.misses, r.race) == (False, 1, None)
-    assert resolve(replay(after_pick(0.5))).kept
