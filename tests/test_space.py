@@ -160,6 +160,23 @@ def test_gpu_moves_only_where_there_is_a_gpu() -> None:
     assert apply_move(c, "USE_CPU", with_gpu) is None
 
 
+def test_gpu_configurations_carry_one_tile_and_block() -> None:
+    """The GPU kernels launch fixed shapes: a tile or block on them would run the same job
+    again, so each (ranks, threads) has one GPU configuration and USE_GPU takes the GPU's own
+    tile and block from wherever it starts."""
+    blocked = ConfigSpace.for_cpus(4, TILES, gpus=1, blocks=(2, 4, 8), default_block=4)
+    gpu_configs = [c for c in blocked.configs() if c.gpu]
+    assert {(c.tile, c.block) for c in gpu_configs} == {(blocked.gpu_tile, 2)}
+    assert len(gpu_configs) == len({(c.ranks, c.threads) for c in gpu_configs})
+    start = Config(ranks=1, threads=2, tile=256, block=8)
+    assert apply_move(start, "USE_GPU", blocked) == Config(
+        ranks=1, threads=2, tile=blocked.gpu_tile, block=2, gpu=True
+    )
+    assert "TILE_UP" not in neighbours(apply_move(start, "USE_GPU", blocked), blocked)
+    with pytest.raises(InfeasibleConfig, match="which has no tile: tile must be 64"):
+        blocked.validate(Config(ranks=1, threads=1, tile=128, block=2, gpu=True))
+
+
 def test_unknown_move_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown move"):
         apply_move(Config(ranks=1, threads=1, tile=64), "JUMP", space())

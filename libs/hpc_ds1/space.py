@@ -178,6 +178,13 @@ class ConfigSpace:
     def has_gpu(self) -> bool:
         return self.gpus > 0
 
+    @property
+    def gpu_tile(self) -> int:
+        """The tile of every GPU configuration: the GPU kernels launch fixed shapes, so another
+        tile would run the same job again (on an H200, 20 of a gemm space's 100 configurations
+        were such copies before, and TILE_UP/DOWN from one of them spent a run on noise)."""
+        return self.default_tile or self.tiles[(len(self.tiles) - 1) // 2]
+
     def problem(self, config: Config) -> str | None:
         """Why `config` is not in this space, in words; None when it is."""
         if config.ranks not in self.ranks:
@@ -202,6 +209,8 @@ class ConfigSpace:
             return "gpu=True is not accepted: this device has no CUDA GPU"
         if config.gpu and config.ranks > self.gpus:
             return f"gpu=True accepts at most one rank per GPU: ranks <= {self.gpus}"
+        if config.gpu and config.tile != self.gpu_tile:
+            return f"gpu=True runs the GPU kernel, which has no tile: tile must be {self.gpu_tile}"
         if config.gpu and config.block not in (0, self.blocks[0]):
             # the GPU kernels have no block: other values would run the same job again
             return (
@@ -287,6 +296,11 @@ def apply_move(config: Config, move: str, space: ConfigSpace) -> Config | None:
         if config.gpu == want:
             return None
         changes["gpu"] = want
+        if want:  # the GPU kernel has no tile nor block: the move takes the GPU's own
+            changes["tile"] = space.gpu_tile
+            changes["block"] = (
+                config.block if config.block in (0, space.blocks[0]) else space.blocks[0]
+            )
     else:
         name, direction = move.rsplit("_", 1)
         field, values = axis[name]

@@ -81,9 +81,11 @@ def stencil_buffers(job: Any) -> tuple[Any, list[Any]]:
     return cached[0], list(cached[1])
 
 
-def stencil_sweep(src: Any, dst: Any) -> None:
+STENCIL_BLOCK = (8, 8, 4)  # threads per block along x (the contiguous axis), y, z
+
+
+def stencil_sweep(src: Any, dst: Any, block: tuple[int, int, int] = STENCIL_BLOCK) -> None:
     nz, ny, nx = src.shape
-    block = (8, 8, 4)
     grid = tuple((d + s - 1) // s for d, s in zip((nx, ny, nz), block, strict=True))
     _stencil_kernel[grid, block](src, dst)
     cuda.synchronize()
