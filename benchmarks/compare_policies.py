@@ -4,11 +4,16 @@ home's log are replayed with every variant (evaluation/compare.py) and scored on
 The final held-out set is left out. Run:
 
     HPC_DS1_HOME=/tmp/home .venv/bin/python benchmarks/compare_policies.py [--seeds 0,1,2]
-        [--cache FILE] [--json] [--weight W] [--decide-share S]
+        [--cache FILE] [--json] [--weight W] [--decide-share S] [--simulate-sigma S]
+        [--only TEXT]
 
 after `hpc-ds1 setup --quick` and `hpc-ds1 evaluate --quick --truth-all` on that home.
 `--cache FILE` keeps the loaded measurements (JSON) and reads them from there next time, so a
-rerun needs no running stack."""
+rerun needs no running stack. `--simulate-sigma 0.015` replays the sessions on the truth pass
+seen through a 1.5 % run-to-run spread instead of the observed pass (what a steadier machine
+would show on the same landscapes; compare.simulated_cells). `--only PICK` keeps the first
+variant (the coordinator's session, the baseline of the differences) and those whose name
+holds the text."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import orjson
 
 from hpc_ds1.api import load
 from hpc_ds1.cli.common import load_settings
-from hpc_ds1.evaluation.compare import compare
+from hpc_ds1.evaluation.compare import compare, default_variants
 from hpc_ds1.evaluation.plan import final_sizes
 from hpc_ds1.model import Measurement
 from hpc_ds1.settings import Settings
@@ -77,7 +82,16 @@ def main() -> int:
         help="replay with this share of the transfer weight in decide (0 to 1) instead of the "
         "model file's",
     )
+    parser.add_argument(
+        "--simulate-sigma",
+        type=float,
+        help="sessions observe the truth pass through this relative spread (0.015: 1.5 %%) "
+        "instead of the observed pass",
+    )
+    parser.add_argument("--only", help="only the variants whose name holds this text")
     args = parser.parse_args()
+    if args.simulate_sigma is not None and not 0.0 <= args.simulate_sigma <= 1.0:
+        parser.error(f"--simulate-sigma must be within 0 and 1, not {args.simulate_sigma}")
     settings = load_settings(quiet=True)
     model = load(settings.home, log_decisions=False)
     if args.without_prior:
@@ -109,11 +123,24 @@ def main() -> int:
     observed = [Measurement.model_validate(r) for r in rows if r.get("purpose") != "truth"]
     truth = [Measurement.model_validate(r) for r in rows if r.get("purpose") == "truth"]
     seeds = [int(s) for s in args.seeds.split(",")]
-    result = compare(model, observed, truth, final=final, seeds=seeds)
+    variants = default_variants()
+    if args.only:
+        variants = [variants[0], *(v for v in variants[1:] if args.only in v.name)]
+    result = compare(
+        model,
+        observed,
+        truth,
+        final=final,
+        seeds=seeds,
+        variants=variants,
+        simulate_sigma=args.simulate_sigma,
+    )
     if args.json:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         return 0
     print(f"model {result['model_version']} · seeds {result['seeds']} · home {settings.home}")
+    if args.simulate_sigma is not None:
+        print(f"simulated: the truth pass seen through a {args.simulate_sigma:.1%} spread")
     print(f"development cells: {', '.join(result['cells'])}")
     print(f"truth-measured configurations per cell: {result['truth_measured']}")
     for seed, rows_ in result["table"].items():

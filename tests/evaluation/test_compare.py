@@ -3,6 +3,8 @@ replayed session's races: deterministic for a seed, nothing measured."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from hpc_ds1.evaluation import Cell, Point
@@ -91,3 +93,24 @@ def test_a_clear_gain_is_kept_by_both_rules(model: Model, seed: int) -> None:
     for rule in (OLD_RULE, DEFAULT_RULE):
         o = model_session(model, cell, best, space, model.thresholds, rule=rule, seed=seed)
         assert o.final == best  # nothing is faster than the start: it is never left
+
+
+def test_simulated_cells_see_the_truth_through_the_chosen_noise_and_skip_unknown_ones() -> None:
+    from hpc_ds1.evaluation.compare import simulated_cells
+    from hpc_ds1.evaluation.truth import TruePoint
+
+    a, b = Config(ranks=1, threads=1, tile=32), Config(ranks=2, threads=1, tile=32)
+    cell = Cell("gemm", 80, {a: Point(1.3, 0.2, 10.0), b: Point(2.0, 0.2, None)}, frozenset())
+    half = Cell("gemm", 96, {a: Point(1.0, 0.2, None), b: Point(1.0, 0.2, None)}, frozenset())
+    truth = {("gemm", 80): {a: TruePoint(1.0, 0.05), b: TruePoint(2.0, 0.05)}}
+    exact = simulated_cells([cell, half], truth, 0.0, seed=0)
+    assert [(c.size, c.points) for c in exact] == [
+        (80, {a: Point(1.0, 0.0, 13.0), b: Point(2.0, 0.0, None)})  # throughput follows runtime
+    ]  # gemm 96 has no truth pass: left out
+    noisy = simulated_cells([cell], truth, 0.02, seed=0)[0]
+    assert noisy == simulated_cells([cell], truth, 0.02, seed=0)[0]  # seeded
+    assert noisy != simulated_cells([cell], truth, 0.02, seed=1)[0]
+    for config, point in noisy.points.items():
+        true = truth[("gemm", 80)][config].runtime_s
+        assert point.spread == 0.02 and point.runtime_s != true
+        assert abs(math.log(point.runtime_s / true)) < 0.02 * 6  # a draw within six sigma

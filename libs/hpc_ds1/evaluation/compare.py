@@ -8,6 +8,7 @@ could not be scored is counted, never dropped silently."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,7 +22,7 @@ from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
 from hpc_ds1.space import ConfigSpace
 
 from . import policies as pol
-from .landscape import Cell, build_cells, nearest_size, percentile
+from .landscape import Cell, Point, build_cells, nearest_size, percentile
 from .run import _trained_best, _transfer_session
 from .truth import TRUTH_REPEATS, Key, TruePoint, truth_points, within_noise
 
@@ -37,6 +38,9 @@ RULES: dict[str, KeepRule] = {
 }
 
 
+PICK_GAINS = (0.0, 0.05, 0.10, 0.20)
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -47,6 +51,7 @@ class Variant:
     explore_first: bool = False  # never stop before a move was tried (choose_move)
     pick: bool = False  # PICK where the session would stop away from the model's System 1
     pick_after_misses: bool = False  # ... and after two misses
+    pick_gain: float | None = None  # ... only where predicted at least this much faster
 
 
 def default_variants() -> list[Variant]:
@@ -70,6 +75,16 @@ def default_variants() -> list[Variant]:
         Variant(
             "model from its recommend, PICK instead of STOP", DEFAULT_RULE, False, True, pick=True
         ),
+        *(
+            Variant(
+                f"model, PICK predicted >= {gain:.0%} faster",
+                DEFAULT_RULE,
+                False,
+                pick=True,
+                pick_gain=gain,
+            )
+            for gain in PICK_GAINS
+        ),
     ]
     return out
 
@@ -85,6 +100,34 @@ def development_cells(
     ]
     cells, _ = build_cells(held, model.space_for)
     return cells
+
+
+def simulated_cells(
+    cells: Sequence[Cell], truth: Mapping[Key, Mapping[Any, TruePoint]], sigma: float, seed: int
+) -> list[Cell]:
+    """The development cells as a steadier machine would observe them: every configuration's
+    observed runtime is its truth-pass median times exp(sigma * z) (z seeded per cell and
+    configuration) with spread sigma, so sessions see the recorded landscape through a chosen
+    noise and are scored on the same truth pass. A cell the truth pass did not measure whole
+    is left out: its landscape is not known."""
+    out = []
+    for cell in cells:
+        points = truth.get((cell.workload, cell.size), {})
+        if any(c not in points for c in cell.points):
+            continue
+        drawn = {}
+        for config, point in cell.points.items():
+            true = points[config].runtime_s
+            z = random.Random(f"sim:{seed}:{cell.workload}:{cell.size}:{config.label()}").gauss(
+                0.0, 1.0
+            )
+            runtime = true * math.exp(sigma * z)
+            throughput = (
+                None if point.throughput is None else point.throughput * point.runtime_s / runtime
+            )
+            drawn[config] = Point(runtime, sigma, throughput)
+        out.append(Cell(cell.workload, cell.size, drawn, cell.failed))
+    return out
 
 
 def _row(
@@ -198,6 +241,7 @@ def _sessions(
                 explore_first=variant.explore_first,
                 system1=system1 if variant.pick else None,
                 pick_after_misses=variant.pick_after_misses,
+                pick_gain=variant.pick_gain,
             )
             # one per start: a recommend session stands for every start, as the transfer row
             out += [o] * (len(cell.points) if variant.recommend else 1)
@@ -284,9 +328,12 @@ def compare(
     seeds: Sequence[int] = (0,),
     variants: Sequence[Variant] | None = None,
     repeats: int = TRUTH_REPEATS,
+    simulate_sigma: float | None = None,
 ) -> dict[str, Any]:
     """Every variant on the development cells, for every seed (the seed draws a race's
-    re-runs), scored on the truth pass."""
+    re-runs), scored on the truth pass. With `simulate_sigma`, the sessions observe the truth
+    pass through that noise instead of the observed pass (`simulated_cells`): what a steadier
+    machine would show on the same landscapes."""
     training = [
         m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
     ]
@@ -299,7 +346,10 @@ def compare(
     by_seed: dict[int, list[dict[str, Any]]] = {}
     differences: dict[int, dict[str, Any]] = {}
     for seed in seeds:
-        sessions = {v.name: _sessions(model, cells, v, seed, transfer) for v in variants}
+        seen = (
+            cells if simulate_sigma is None else simulated_cells(cells, truth, simulate_sigma, seed)
+        )
+        sessions = {v.name: _sessions(model, seen, v, seed, transfer) for v in variants}
         by_seed[seed] = [_row(v.name, sessions[v.name], truth, repeats) for v in variants]
         base = sessions[variants[0].name]
         differences[seed] = {
@@ -314,6 +364,7 @@ def compare(
     return {
         "model_version": model.version,
         "seeds": list(seeds),
+        "simulate_sigma": simulate_sigma,
         "cells": [f"{c.workload} {c.size}" for c in cells],
         "truth_measured": truth_cover,
         "table": by_seed,

@@ -127,13 +127,15 @@ def model_session(
     explore_first: bool = False,
     system1: Mapping[str, Any] | None = None,
     pick_after_misses: bool = False,
+    pick_gain: float | None = None,
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session, with the
     coordinator's keep rule; a race's re-runs come from `rerun` (seeded). `system1`: the
     model's System 1 answer for the job (`system1_answer`), tried as one more move, PICK,
     where the session would stop away from it (with `pick_after_misses`, also where two misses
     would end it): a variant measured by compare.py, not what the coordinator does; None: the
-    coordinator's session."""
+    coordinator's session. `pick_gain`: offer the PICK only where the model predicts it at least
+    that much faster than the best so far (System 1's `predicted_runtimes_s`; 0.05: 5 %)."""
     started = SessionStarted(
         session_id=REPLAY_ID,
         device_id=model.device_id,
@@ -160,7 +162,7 @@ def model_session(
         picked = choose_move(s, decision.choice, decision.alternatives, explore_first)
         target: Config | None = None
         if picked is None or picked[0] == STOP or after_misses:
-            offered = pick_to_offer(system1, ran, picked_once)
+            offered = pick_to_offer(system1, ran, picked_once, best, pick_gain)
             if offered is not None and system1 is not None:
                 picked_once = True
                 target = offered
@@ -240,7 +242,7 @@ def model_session(
         )
         if r.misses >= MAX_MISSES:
             # a variant measured in docs/evaluation.md section 15: the PICK after two misses too
-            offered = pick_to_offer(system1, ran, picked_once)
+            offered = pick_to_offer(system1, ran, picked_once, best, pick_gain)
             if pick_after_misses and not after_misses and offered is not None:
                 after_misses = True
                 continue
@@ -253,15 +255,27 @@ def model_session(
 
 
 def pick_to_offer(
-    system1: Mapping[str, Any] | None, ran: Sequence[Config], picked_once: bool
+    system1: Mapping[str, Any] | None,
+    ran: Sequence[Config],
+    picked_once: bool,
+    best: Config | None = None,
+    min_gain: float | None = None,
 ) -> Config | None:
     """The configuration a PICK would run: System 1's for the job, once a session and only
-    where the session never ran it; None otherwise."""
+    where the session never ran it; with `min_gain`, only where System 1's predicted runtimes
+    put it at least that much faster than `best` (where the session stands); None otherwise."""
     config = (system1 or {}).get("config")
     if not config or picked_once:
         return None
     pick = Config.model_validate(config)
-    return None if pick in ran else pick
+    if pick in ran:
+        return None
+    if min_gain is not None and best is not None:
+        predicted = (system1 or {}).get("predicted_runtimes_s") or {}
+        here, there = predicted.get(best.label()), predicted.get(pick.label())
+        if here is None or there is None or here < (1.0 + min_gain) * there:
+            return None
+    return pick
 
 
 def system1_answer(model: Any, cell: Cell, space: ConfigSpace, thresholds: Thresholds) -> Any:
@@ -271,7 +285,12 @@ def system1_answer(model: Any, cell: Cell, space: ConfigSpace, thresholds: Thres
         rec = model.recommend(cell.workload, cell.size, thresholds=thresholds, space=space)
     except ValueError:
         return None
-    return {"config": rec.config.model_dump(), "confidence": rec.confidence, "mode": rec.mode}
+    return {
+        "config": rec.config.model_dump(),
+        "confidence": rec.confidence,
+        "mode": rec.mode,
+        "predicted_runtimes_s": dict(rec.alternatives),
+    }
 
 
 def _fastest(cell: Cell, configs: Any) -> Config | None:
