@@ -11,9 +11,9 @@ after `hpc-ds1 setup --quick` and `hpc-ds1 evaluate --quick --truth-all` on that
 `--cache FILE` keeps the loaded measurements (JSON) and reads them from there next time, so a
 rerun needs no running stack. `--simulate-sigma 0.015` replays the sessions on the truth pass
 seen through a 1.5 % run-to-run spread instead of the observed pass (what a steadier machine
-would show on the same landscapes; compare.simulated_cells). `--only PICK` keeps the first
-variant (the coordinator's session, the baseline of the differences) and those whose name
-holds the text."""
+would show on the same landscapes; compare.simulated_cells). `--only PICK` keeps the
+coordinator's session (the new keep rule from every start; then the baseline of the
+differences) and the variants whose name holds the text."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ from hpc_ds1.evaluation.compare import compare, default_variants
 from hpc_ds1.evaluation.plan import final_sizes
 from hpc_ds1.model import Measurement
 from hpc_ds1.settings import Settings
+
+COORDINATOR = "model, new keep rule"  # the variant that replays what the coordinator does
 
 
 async def _rows(settings: Settings, device_id: str) -> list[dict[str, Any]]:
@@ -125,7 +127,8 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     variants = default_variants()
     if args.only:
-        variants = [variants[0], *(v for v in variants[1:] if args.only in v.name)]
+        base = next(v for v in variants if v.name == COORDINATOR)
+        variants = [base, *(v for v in variants if v is not base and args.only in v.name)]
     result = compare(
         model,
         observed,
