@@ -85,6 +85,17 @@ def default_variants() -> list[Variant]:
             )
             for gain in PICK_GAINS
         ),
+        *(
+            Variant(
+                f"model, PICK at any end, predicted >= {gain:.0%} faster",
+                DEFAULT_RULE,
+                False,
+                pick=True,
+                pick_after_misses=True,
+                pick_gain=gain,
+            )
+            for gain in PICK_GAINS
+        ),
     ]
     return out
 
