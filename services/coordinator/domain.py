@@ -16,9 +16,15 @@ from hpc_ds1.events import (
     SessionStepRun,
 )
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule, Sample, Verdict, geometric_mean, judge
-from hpc_ds1.space import STOP
+from hpc_ds1.space import STOP, Config
 
 MAX_MISSES = 2
+# A session that would stop where System 1 (the model's whole-configuration answer for the job)
+# predicts a clearly faster configuration runs that configuration once, as a move named PICK:
+# one-change-at-a-time sessions stop behind slower configurations that the answer jumps over
+# (docs/evaluation.md, sections 13, 15 and 16). "Clearly": predicted at least this much faster.
+PICK = "PICK"
+PICK_MIN_GAIN = 0.05
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -34,6 +40,7 @@ class PendingMove:
     confidence: float
     approved: bool = False  # auto moves count as approved
     rejected: bool = False
+    target: dict[str, Any] | None = None  # a PICK's configuration
     run: SessionStepRun | None = None  # the step's run, once recorded
     race: tuple[SessionStepRun, ...] = ()  # re-runs of incumbent and candidate, in order
 
@@ -56,6 +63,8 @@ class SessionState:
     misses: int = 0
     race_pairs: int = 0  # pairs raced over the session (a session budget counts them)
     tried: frozenset[tuple[str, str]] = frozenset()  # (config key, move) already proposed
+    ran: frozenset[str] = frozenset()  # config keys of every run of the session
+    picked: bool = False  # a PICK was proposed (once a session)
     pending: PendingMove | None = None
     awaiting: str | None = None  # approval id while paused
     finish_reason: str | None = None
@@ -87,12 +96,14 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
         )
     if isinstance(event, SessionStepRun):
         runs = state.runs + 1
+        ran = state.ran | {config_key(event.config)}
         if event.step == 0:
             ok = event.status == "ok"
             return replace(
                 state,
                 version=seq,
                 runs=runs,
+                ran=ran,
                 start_runtime_s=event.runtime_s,
                 best_config=event.config if ok else None,
                 best_runtime_s=event.runtime_s if ok else None,
@@ -102,11 +113,13 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
         if state.pending is not None and event.race is not None:
             pairs = state.race_pairs + (event.race == "candidate")
             pending = replace(state.pending, race=(*state.pending.race, event))
-            return replace(state, version=seq, runs=runs, pending=pending, race_pairs=pairs)
+            return replace(
+                state, version=seq, runs=runs, ran=ran, pending=pending, race_pairs=pairs
+            )
         if state.pending is not None:
             pending = replace(state.pending, run=event)
-            return replace(state, version=seq, runs=runs, pending=pending)
-        return replace(state, version=seq, runs=runs)
+            return replace(state, version=seq, runs=runs, ran=ran, pending=pending)
+        return replace(state, version=seq, runs=runs, ran=ran)
     if isinstance(event, SessionMoveDecided):
         tried = state.tried | {(config_key(event.config), event.move)}
         pending = PendingMove(
@@ -116,8 +129,10 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
             event.mode,
             event.confidence,
             approved=event.mode == "auto",
+            target=event.target,
         )
-        return replace(state, version=seq, tried=tried, pending=pending)
+        picked = state.picked or event.move == PICK
+        return replace(state, version=seq, tried=tried, pending=pending, picked=picked)
     if isinstance(event, SessionPaused):
         return replace(state, version=seq, status="paused", awaiting=event.approval_id)
     if isinstance(event, SessionResumed):
@@ -229,6 +244,27 @@ def resolve(state: SessionState, rule: KeepRule = DEFAULT_RULE) -> Resolution:
     if verdict.kept:
         return Resolution(True, 0, None, runtime, verdict)
     return Resolution(False, state.misses + (1 if verdict.miss else 0), None, runtime, verdict)
+
+
+def pick_to_offer(
+    state: SessionState, system1: dict[str, Any] | None, min_gain: float | None = PICK_MIN_GAIN
+) -> dict[str, Any] | None:
+    """The configuration a PICK would run where the session would stop: System 1's for the job,
+    once a session, only where the session never ran it and (with `min_gain`) where System 1's
+    predicted runtimes put it at least that much faster than the best so far; None otherwise."""
+    config = (system1 or {}).get("config")
+    if not config or state.picked or state.best_config is None:
+        return None
+    # through Config: a dump with or without defaulted fields is the same configuration
+    pick, best = Config.model_validate(config), Config.model_validate(state.best_config)
+    if config_key(pick.model_dump()) in state.ran or pick == best:
+        return None
+    if min_gain is not None:
+        predicted = (system1 or {}).get("predicted_runtimes_s") or {}
+        here, there = predicted.get(best.label()), predicted.get(pick.label())
+        if here is None or there is None or here < (1.0 + min_gain) * there:
+            return None
+    return pick.model_dump()
 
 
 def choose_move(

@@ -34,7 +34,16 @@ from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
 from hpc_ds1.subjects import agent_run_subject, decide_subject
 
-from .domain import MAX_MISSES, SessionState, choose_move, evolve, replay, resolve
+from .domain import (
+    MAX_MISSES,
+    PICK,
+    SessionState,
+    choose_move,
+    evolve,
+    pick_to_offer,
+    replay,
+    resolve,
+)
 
 log = get_logger("coordinator")
 
@@ -154,6 +163,17 @@ class SessionRunner:
         assert s.best_config is not None and s.best_runtime_s is not None
         decision = await self.ask_decision(Config.model_validate(s.best_config), s.best_runtime_s)
         picked = choose_move(s, decision["choice"], decision.get("alternatives", {}))
+        ending = s.misses >= MAX_MISSES or picked is None or picked[0] == STOP
+        if ending:
+            offered = pick_to_offer(s, decision.get("system1"))
+            if offered is not None:
+                await self.propose_pick(decision, offered, picked)
+                return
+        if s.misses >= MAX_MISSES:
+            await self.finish(
+                "two_misses", f"{MAX_MISSES} moves in a row were slower beyond the noise or failed"
+            )
+            return
         if picked is None:
             await self.finish("no_moves", "every move from the best configuration was tried")
             return
@@ -181,6 +201,48 @@ class SessionRunner:
                 mode=mode,
                 reasons=reasons,
                 config=s.best_config,
+            )
+        )
+
+    async def propose_pick(
+        self,
+        decision: dict[str, Any],
+        target: dict[str, Any],
+        instead_of: tuple[str, float] | None,
+    ) -> None:
+        """System 1's configuration, once, where the session would end (the model's STOP, no
+        untried move, or two misses in a row) and System 1 predicts it clearly faster than the
+        best so far (domain.pick_to_offer); judged by the keep rule like any move. Its
+        confidence and mode are System 1's, escalated with the decision's."""
+        s = self.state
+        assert s.best_config is not None
+        system1 = decision["system1"]
+        best = Config.model_validate(s.best_config).label()
+        pick = Config.model_validate(target).label()
+        predicted = system1["predicted_runtimes_s"]
+        gain = predicted[best] / predicted[pick] - 1.0
+        if s.misses >= MAX_MISSES:
+            why = f"{MAX_MISSES} moves in a row were slower"
+        elif instead_of is not None:
+            why = "the model says STOP"
+        else:
+            why = "every move from here was tried"
+        mode: Mode = "escalate" if decision["mode"] == "escalate" else system1["mode"]
+        await self.append(
+            SessionMoveDecided(
+                session_id=self.session_id,
+                step=s.runs,
+                decision_id=decision["decision_id"],
+                move=PICK,
+                confidence=float(system1["confidence"]),
+                mode=mode,
+                reasons=[
+                    f"{why}, but System 1 recommends {pick}, predicted {gain:.0%} faster than "
+                    f"{best}: tried once before stopping",
+                    *decision.get("reasons", []),
+                ],
+                config=s.best_config,
+                target=target,
             )
         )
 
@@ -268,7 +330,10 @@ class SessionRunner:
         s = self.state
         assert s.pending is not None and s.best_config is not None
         current = Config.model_validate(s.best_config)
-        target = apply_move(current, s.pending.move, self.space)
+        if s.pending.move == PICK and s.pending.target is not None:
+            target: Config | None = Config.model_validate(s.pending.target)
+        else:
+            target = apply_move(current, s.pending.move, self.space)
         if target is None:
             await self.append(
                 SessionStepRun(
@@ -316,11 +381,7 @@ class SessionRunner:
                 within_noise=bool(r.verdict and r.verdict.within_noise),
             )
         )
-        misses = r.misses
-        if misses >= MAX_MISSES:
-            await self.finish(
-                "two_misses", f"{MAX_MISSES} moves in a row were slower beyond the noise or failed"
-            )
+        # two misses in a row end the session in decide_next, after System 1's PICK if due
 
     async def run_race(self, role: Literal["incumbent", "candidate"]) -> None:
         """One re-run of an ambiguous move's race: the best so far, or the move's candidate."""

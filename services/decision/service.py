@@ -405,6 +405,8 @@ class DecisionService:
                 "confidence": rec.confidence,
                 "mode": rec.mode,
                 "reasons": list(rec.reasons),
+                # every configuration's predicted runtime: a session's PICK compares its best
+                "predicted_runtimes_s": dict(rec.alternatives),
             }
         except ValueError as error:  # no feasible configuration: the move decision stands
             log.warning("no_system1", workload=workload, size=size, error=str(error))

@@ -1,31 +1,71 @@
-"""PICK, the replayed variant of section 15: System 1's configuration, once, where never run."""
+"""The PICK in a replayed session, as the coordinator runs it: System 1's configuration once
+where the session would end (the model's STOP, no untried move, two misses in a row) and
+System 1 predicts it clearly faster than the best so far."""
 
 from __future__ import annotations
 
-from hpc_ds1.evaluation.policies import pick_to_offer
-from hpc_ds1.space import Config
+from types import SimpleNamespace
+from typing import Any
+
+from hpc_ds1.evaluation.policies import model_session
+from hpc_ds1.model.schema import Thresholds
+from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
+from tests.evaluation.test_policies import BEST, SPACE, bowl, runtime
+
+
+class Scripted:
+    """A decider that always proposes the same moves, in the same order of likelihood."""
+
+    device_id = "d"
+
+    def __init__(self, alternatives: dict[str, float]) -> None:
+        self.alternatives = alternatives
+
+    def decide(self, state: Any, *, space: ConfigSpace, thresholds: Thresholds) -> Any:
+        moves = {STOP, *neighbours(state.config, space)}
+        feasible = {m: p for m, p in self.alternatives.items() if m in moves}
+        choice = max(feasible, key=lambda m: feasible[m])
+        return SimpleNamespace(choice=choice, alternatives=feasible, mode="auto")
+
+
+def system1(pick: Config) -> dict[str, Any]:
+    predicted = {c.label(): runtime(c) for c in SPACE.configs()}  # the bowl, exactly
+    return {
+        "config": pick.model_dump(),
+        "confidence": 0.9,
+        "mode": "auto",
+        "predicted_runtimes_s": predicted,
+    }
+
 
 START = Config(ranks=1, threads=1, tile=32)
-FAR = Config(ranks=2, threads=1, tile=128, block=4)
 
 
-def test_the_pick_is_offered_once_and_only_where_the_session_never_ran_it() -> None:
-    assert pick_to_offer(None, [START], False) is None  # no System 1 answer: nothing to offer
-    assert pick_to_offer({"config": FAR.model_dump()}, [START], False) == FAR
-    # the start was run: its pick is not offered, however it was dumped (block 0 or left out)
-    assert pick_to_offer({"config": {**START.model_dump(), "block": 0}}, [START], False) is None
-    assert pick_to_offer({"config": FAR.model_dump()}, [START, FAR], False) is None
-    assert pick_to_offer({"config": FAR.model_dump()}, [START], True) is None  # once a session
+def test_a_session_that_would_stop_runs_system1_once_and_keeps_it_when_faster() -> None:
+    stopper = Scripted({STOP: 1.0})
+    before = model_session(stopper, bowl(), START, SPACE, Thresholds())
+    assert (before.final, before.runs, before.finish) == (START, 1, "stop")
+    after = model_session(stopper, bowl(), START, SPACE, Thresholds(), system1=system1(BEST))
+    # the PICK ran and was kept; the next STOP finds it used: once a session
+    assert (after.final, after.runs, after.finish) == (BEST, 2, "stop")
+    assert after.ran == (START, BEST)
+    # predicted 3.7 times faster: a gate above that offers nothing
+    gated = model_session(
+        stopper, bowl(), START, SPACE, Thresholds(), system1=system1(BEST), pick_gain=3.0
+    )
+    assert (gated.final, gated.runs) == (START, 1)
 
 
-def test_a_gain_gate_offers_the_pick_only_where_it_is_predicted_that_much_faster() -> None:
-    here = Config(ranks=1, threads=2, tile=64)
-    answer = {
-        "config": FAR.model_dump(),
-        "predicted_runtimes_s": {FAR.label(): 1.0, here.label(): 1.08},
-    }
-    assert pick_to_offer(answer, [START], False, here, 0.05) == FAR  # 8 % faster: offered
-    assert pick_to_offer(answer, [START], False, here, 0.10) is None  # not 10 %
-    assert pick_to_offer(answer, [START], False, here, None) == FAR  # no gate: as before
-    # a configuration without a prediction is not judged faster or slower: nothing offered
-    assert pick_to_offer(answer, [START], False, START, 0.0) is None
+def test_two_misses_in_a_row_run_system1_before_the_session_ends() -> None:
+    start = Config(ranks=2, threads=2, tile=128)  # one step from BEST
+    away = Scripted({"RANKS_DOWN": 0.5, "THREADS_DOWN": 0.4, STOP: 0.1})  # each 30 % slower
+    before = model_session(away, bowl(), start, SPACE, Thresholds())
+    assert (before.final, before.runs, before.finish) == (start, 3, "two_misses")
+    after = model_session(away, bowl(), start, SPACE, Thresholds(), system1=system1(BEST))
+    # two misses, the PICK kept, two more misses from BEST, and no second PICK
+    assert (after.final, after.runs, after.finish) == (BEST, 6, "two_misses")
+    assert after.ran[3] == BEST
+    only_stop = model_session(
+        away, bowl(), start, SPACE, Thresholds(), system1=system1(BEST), pick_after_misses=False
+    )
+    assert (only_stop.final, only_stop.runs) == (start, 3)

@@ -19,6 +19,7 @@ from typing import Any
 from hpc_ds1.model import Measurement, Model, aggregate
 from hpc_ds1.model.transfer import WEIGHTS, Table, pick, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
+from hpc_ds1.services.coordinator.domain import PICK_MIN_GAIN
 from hpc_ds1.space import ConfigSpace
 
 from . import policies as pol
@@ -49,9 +50,11 @@ class Variant:
     recommend: bool = False  # start from the model's own recommend (what `tune` does now)
     weight: float | None = None  # recommend with this transfer weight instead of the file's
     explore_first: bool = False  # never stop before a move was tried (choose_move)
-    pick: bool = False  # PICK where the session would stop away from the model's System 1
-    pick_after_misses: bool = False  # ... and after two misses
-    pick_gain: float | None = None  # ... only where predicted at least this much faster
+    # System 1's configuration once where the session would end, as the coordinator does
+    # (policies.model_session); False: the sessions before docs/evaluation.md section 16
+    pick: bool = True
+    pick_after_misses: bool = True  # ... two misses in a row included
+    pick_gain: float | None = PICK_MIN_GAIN  # ... where predicted this much faster (None: any)
 
 
 def default_variants() -> list[Variant]:
@@ -64,37 +67,27 @@ def default_variants() -> list[Variant]:
         Variant("model from recommend at w=1", DEFAULT_RULE, False, True, 1.0),
         Variant("model from recommend at w=1, explore first", DEFAULT_RULE, False, True, 1.0, True),
         Variant("model, explore first", DEFAULT_RULE, False, explore_first=True),
-        Variant("model, PICK instead of STOP", DEFAULT_RULE, False, pick=True),
+        Variant("model, no PICK (before section 16)", DEFAULT_RULE, False, pick=False),
         Variant(
-            "model, PICK instead of STOP or two misses",
+            "model from its recommend, no PICK", DEFAULT_RULE, False, recommend=True, pick=False
+        ),
+        Variant(
+            "model, PICK instead of STOP only, ungated",
             DEFAULT_RULE,
             False,
-            pick=True,
-            pick_after_misses=True,
+            pick_after_misses=False,
+            pick_gain=None,
         ),
-        Variant(
-            "model from its recommend, PICK instead of STOP", DEFAULT_RULE, False, True, pick=True
-        ),
-        *(
-            Variant(
-                f"model, PICK predicted >= {gain:.0%} faster",
-                DEFAULT_RULE,
-                False,
-                pick=True,
-                pick_gain=gain,
-            )
-            for gain in PICK_GAINS
-        ),
+        Variant("model, PICK at any end, ungated", DEFAULT_RULE, False, pick_gain=None),
         *(
             Variant(
                 f"model, PICK at any end, predicted >= {gain:.0%} faster",
                 DEFAULT_RULE,
                 False,
-                pick=True,
-                pick_after_misses=True,
                 pick_gain=gain,
             )
             for gain in PICK_GAINS
+            if gain != PICK_MIN_GAIN
         ),
     ]
     return out
@@ -221,6 +214,7 @@ def _sessions(
         recommender = model.reweighted({"inside": variant.weight, "outside": variant.weight})
     for cell in cells:
         space = model.space_for(cell.workload)
+        system1 = pol.system1_answer(recommender, cell, space, model.thresholds)
         if variant.transfer:
             o = _transfer_session(
                 model,
@@ -231,6 +225,7 @@ def _sessions(
                 seed,
                 transfer,
                 explore_first=variant.explore_first,
+                system1=system1 if variant.pick else None,
             )
             out += [o] * len(cell.points) if o is not None else []  # one per start, as run.py
             continue
@@ -239,7 +234,6 @@ def _sessions(
             start = recommender.recommend(cell.workload, cell.size, space=space).config
             # a start that failed at this size is not replayable
             starts = [start] if start in cell.points else []
-        system1 = pol.system1_answer(recommender, cell, space, model.thresholds)
         for start in starts:
             o = pol.model_session(
                 model,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,9 +18,12 @@ from hpc_ds1.runner import is_faster
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.services.coordinator.domain import (
     MAX_MISSES,
+    PICK,
+    PICK_MIN_GAIN,
     SessionState,
     choose_move,
     evolve,
+    pick_to_offer,
     resolve,
 )
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
@@ -40,7 +43,6 @@ REPLAY_ID = "replay"
 # Not a neighbour and not a learned move: the model's System 1 configuration for the job, tried
 # once where a session would stop away from it. Measured offline only (compare.py,
 # docs/evaluation.md section 15); the coordinator's sessions do not propose it.
-PICK = "PICK"
 
 
 @dataclass(frozen=True)
@@ -126,16 +128,16 @@ def model_session(
     policy: str = "model",
     explore_first: bool = False,
     system1: Mapping[str, Any] | None = None,
-    pick_after_misses: bool = False,
-    pick_gain: float | None = None,
+    pick_after_misses: bool = True,
+    pick_gain: float | None = PICK_MIN_GAIN,
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session, with the
     coordinator's keep rule; a race's re-runs come from `rerun` (seeded). `system1`: the
-    model's System 1 answer for the job (`system1_answer`), tried as one more move, PICK,
-    where the session would stop away from it (with `pick_after_misses`, also where two misses
-    would end it): a variant measured by compare.py, not what the coordinator does; None: the
-    coordinator's session. `pick_gain`: offer the PICK only where the model predicts it at least
-    that much faster than the best so far (System 1's `predicted_runtimes_s`; 0.05: 5 %)."""
+    model's System 1 answer for the job (`system1_answer`), run once as the move PICK where
+    the session would end (the model's STOP, no untried move or, with `pick_after_misses`, two
+    misses in a row) and System 1 predicts it at least `pick_gain` faster than the best so far
+    (None: ungated), as the coordinator does (domain.pick_to_offer); None: no PICK, the
+    coordinator's session before docs/evaluation.md section 16."""
     started = SessionStarted(
         session_id=REPLAY_ID,
         device_id=model.device_id,
@@ -148,7 +150,6 @@ def model_session(
     ran = [start]
     reruns: dict[Config, int] = {}
     engineer, finish = 0, "max_runs"
-    after_misses = picked_once = False
     # a bound only: choose_move never repeats a move, and a move races at most max_pairs pairs
     limit = (2 + 2 * rule.max_pairs) * len(space.configs())
     while s.runs < limit:
@@ -161,12 +162,15 @@ def model_session(
         )
         picked = choose_move(s, decision.choice, decision.alternatives, explore_first)
         target: Config | None = None
-        if picked is None or picked[0] == STOP or after_misses:
-            offered = pick_to_offer(system1, ran, picked_once, best, pick_gain)
+        two_misses = s.misses >= MAX_MISSES
+        if two_misses or picked is None or picked[0] == STOP:
+            offered = pick_to_offer(s, dict(system1), pick_gain) if system1 else None
             if offered is not None and system1 is not None:
-                picked_once = True
-                target = offered
+                target = Config.model_validate(offered)
                 picked = (PICK, float(system1["confidence"]))
+            elif two_misses:
+                finish = "two_misses"
+                break
         if picked is None:
             finish = "no_moves"
             break
@@ -195,6 +199,7 @@ def model_session(
                 confidence=confidence,
                 mode="auto",  # approved
                 config=s.best_config,
+                target=target.model_dump() if move == PICK and target is not None else None,
             ),
         )
         if move != PICK:
@@ -240,42 +245,13 @@ def model_session(
                 within_noise=bool(r.verdict and r.verdict.within_noise),
             ),
         )
-        if r.misses >= MAX_MISSES:
-            # a variant measured in docs/evaluation.md section 15: the PICK after two misses too
-            offered = pick_to_offer(system1, ran, picked_once, best, pick_gain)
-            if pick_after_misses and not after_misses and offered is not None:
-                after_misses = True
-                continue
-            finish = "two_misses"
+        if r.misses >= MAX_MISSES and not pick_after_misses:
+            finish = "two_misses"  # the variant without the PICK after two misses
             break
     final = Config.model_validate(s.best_config)
     return _outcome(
         policy, cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
     )
-
-
-def pick_to_offer(
-    system1: Mapping[str, Any] | None,
-    ran: Sequence[Config],
-    picked_once: bool,
-    best: Config | None = None,
-    min_gain: float | None = None,
-) -> Config | None:
-    """The configuration a PICK would run: System 1's for the job, once a session and only
-    where the session never ran it; with `min_gain`, only where System 1's predicted runtimes
-    put it at least that much faster than `best` (where the session stands); None otherwise."""
-    config = (system1 or {}).get("config")
-    if not config or picked_once:
-        return None
-    pick = Config.model_validate(config)
-    if pick in ran:
-        return None
-    if min_gain is not None and best is not None:
-        predicted = (system1 or {}).get("predicted_runtimes_s") or {}
-        here, there = predicted.get(best.label()), predicted.get(pick.label())
-        if here is None or there is None or here < (1.0 + min_gain) * there:
-            return None
-    return pick
 
 
 def system1_answer(model: Any, cell: Cell, space: ConfigSpace, thresholds: Thresholds) -> Any:

@@ -307,11 +307,16 @@ def _replay_sessions(
     outcomes: list[pol.SessionOutcome] = []
     for cell in cells:
         space = model.space_for(cell.workload)
-        moved = _transfer_session(model, cell, space, thresholds, rule, seed, transfer)
-        recommended = _recommend_session(model, cell, space, thresholds, rule, seed)
+        answer = pol.system1_answer(model, cell, space, thresholds)  # a session's PICK
+        moved = _transfer_session(
+            model, cell, space, thresholds, rule, seed, transfer, system1=answer
+        )
+        recommended = _recommend_session(model, cell, space, thresholds, rule, seed, answer)
         for start in starts[id(cell)]:
             outcomes.append(
-                pol.model_session(model, cell, start, space, thresholds, rule=rule, seed=seed)
+                pol.model_session(
+                    model, cell, start, space, thresholds, rule=rule, seed=seed, system1=answer
+                )
             )
             outcomes += [o for o in (recommended, moved) if o is not None]
             outcomes.append(pol.greedy_session(cell, start, space))
@@ -333,7 +338,13 @@ def _replay_sessions(
 
 
 def _recommend_session(
-    model: Model, cell: Cell, space: Any, thresholds: Thresholds, rule: KeepRule, seed: int
+    model: Model,
+    cell: Cell,
+    space: Any,
+    thresholds: Thresholds,
+    rule: KeepRule,
+    seed: int,
+    system1: Any = None,
 ) -> pol.SessionOutcome | None:
     """The model's session from its own recommendation, as `hpc-ds1 tune` runs one without
     --start; None where that configuration failed at this size (nothing to replay from)."""
@@ -341,7 +352,15 @@ def _recommend_session(
     if start not in cell.points:
         return None
     return pol.model_session(
-        model, cell, start, space, thresholds, rule=rule, seed=seed, policy="model_recommend"
+        model,
+        cell,
+        start,
+        space,
+        thresholds,
+        rule=rule,
+        seed=seed,
+        policy="model_recommend",
+        system1=system1,
     )
 
 
@@ -355,6 +374,7 @@ def _transfer_session(
     transfer: Table | None,
     *,
     explore_first: bool = False,
+    system1: Any = None,
 ) -> pol.SessionOutcome | None:
     """The model's session from the interpolated-transfer pick; a pick that fails at this size
     costs its run and the next pick is tried, as a real session would."""
@@ -378,6 +398,7 @@ def _transfer_session(
                 seed=seed,
                 policy="model_transfer",
                 explore_first=explore_first,
+                system1=system1,
             )
             return replace(out, runs=out.runs + tried - 1)
     return None

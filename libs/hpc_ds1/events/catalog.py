@@ -166,6 +166,11 @@ class SessionMoveDecided(Event):
     mode: Mode
     reasons: list[str] = Field(default_factory=list)
     config: dict[str, Any] = Field(description="The configuration the move starts from.")
+    target: dict[str, Any] | None = Field(
+        default=None,
+        description="The configuration a PICK runs (System 1's for the job); None: the move "
+        "applied to `config`.",
+    )
 
 
 class SessionMoveResolved(Event):

@@ -249,3 +249,25 @@ def test_a_finished_session_keeps_its_best() -> None:
     state = replay(events)
     assert state.status == "finished" and state.best_config == B
     assert state.best_spread == 0.02 and state.speedup == 2.0
+
+
+def test_a_pick_is_offered_once_where_system1_predicts_it_clearly_faster_and_never_ran() -> None:
+    from hpc_ds1.services.coordinator.domain import PICK, pick_to_offer
+    from hpc_ds1.space import Config
+
+    far = Config(ranks=2, threads=1, tile=128).model_dump()
+    here = Config.model_validate(A).label()
+    answer = {"config": far, "predicted_runtimes_s": {here: 1.2, Config(**far).label(): 1.0}}
+    state = replay(started())
+    assert pick_to_offer(state, answer) == far  # predicted 20 % faster, never run
+    assert pick_to_offer(state, answer, min_gain=0.25) is None  # not 25 %
+    assert pick_to_offer(state, None) is None  # no System 1 answer
+    assert pick_to_offer(state, {**answer, "predicted_runtimes_s": {}}) is None  # no prediction
+    assert pick_to_offer(state, {**answer, "config": A}) is None  # where the session stands
+    picked = replay(
+        [*started(), (3, SessionMoveDecided(**{**decided(1, PICK).model_dump(), "target": far}))]
+    )
+    assert picked.picked and picked.pending is not None and picked.pending.target == far
+    assert pick_to_offer(picked, answer) is None  # once a session
+    ran = replay([*started(), (3, decided(1, "RANKS_UP")), (4, step_run(1, far, 1.5))])
+    assert pick_to_offer(ran, answer) is None  # the session ran it already
