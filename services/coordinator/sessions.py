@@ -191,16 +191,29 @@ class SessionRunner:
             )
             if decision["mode"] == "escalate":
                 mode = "escalate"
+        await self.propose(decision, move, confidence, mode, reasons)
+
+    async def propose(
+        self,
+        decision: dict[str, Any],
+        move: str,
+        confidence: float,
+        mode: Mode,
+        reasons: list[str],
+        target: dict[str, Any] | None = None,
+    ) -> None:
+        assert self.state.best_config is not None
         await self.append(
             SessionMoveDecided(
                 session_id=self.session_id,
-                step=s.runs,
+                step=self.state.runs,
                 decision_id=decision["decision_id"],
                 move=move,
                 confidence=confidence,
                 mode=mode,
                 reasons=reasons,
-                config=s.best_config,
+                config=self.state.best_config,
+                target=target,
             )
         )
 
@@ -228,23 +241,12 @@ class SessionRunner:
         else:
             why = "every move from here was tried"
         mode: Mode = "escalate" if decision["mode"] == "escalate" else system1["mode"]
-        await self.append(
-            SessionMoveDecided(
-                session_id=self.session_id,
-                step=s.runs,
-                decision_id=decision["decision_id"],
-                move=PICK,
-                confidence=float(system1["confidence"]),
-                mode=mode,
-                reasons=[
-                    f"{why}, but System 1 recommends {pick}, predicted {gain:.0%} faster than "
-                    f"{best}: tried once before stopping",
-                    *decision.get("reasons", []),
-                ],
-                config=s.best_config,
-                target=target,
-            )
-        )
+        reasons = [
+            f"{why}, but System 1 recommends {pick}, predicted {gain:.0%} faster than {best}: "
+            f"tried once before stopping",
+            *decision.get("reasons", []),
+        ]
+        await self.propose(decision, PICK, float(system1["confidence"]), mode, reasons, target)
 
     async def request_approval(self) -> None:
         """The approval request, then the pause. Both have ids derived from the session, the
