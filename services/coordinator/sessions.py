@@ -161,6 +161,9 @@ class SessionRunner:
     async def decide_next(self) -> None:
         s = self.state
         assert s.best_config is not None and s.best_runtime_s is not None
+        if s.misses >= MAX_MISSES and s.picked:
+            await self.finish_two_misses()  # its PICK is spent: nothing to ask the model
+            return
         decision = await self.ask_decision(Config.model_validate(s.best_config), s.best_runtime_s)
         picked = choose_move(s, decision["choice"], decision.get("alternatives", {}))
         ending = s.misses >= MAX_MISSES or picked is None or picked[0] == STOP
@@ -170,9 +173,7 @@ class SessionRunner:
                 await self.propose_pick(decision, offered, picked)
                 return
         if s.misses >= MAX_MISSES:
-            await self.finish(
-                "two_misses", f"{MAX_MISSES} moves in a row were slower beyond the noise or failed"
-            )
+            await self.finish_two_misses()
             return
         if picked is None:
             await self.finish("no_moves", "every move from the best configuration was tried")
@@ -192,6 +193,11 @@ class SessionRunner:
             if decision["mode"] == "escalate":
                 mode = "escalate"
         await self.propose(decision, move, confidence, mode, reasons)
+
+    async def finish_two_misses(self) -> None:
+        await self.finish(
+            "two_misses", f"{MAX_MISSES} moves in a row were slower beyond the noise or failed"
+        )
 
     async def propose(
         self,

@@ -154,6 +154,9 @@ def model_session(
     limit = (2 + 2 * rule.max_pairs) * len(space.configs())
     while s.runs < limit:
         assert s.best_config is not None and s.best_runtime_s is not None
+        if s.misses >= MAX_MISSES and (s.picked or not system1):
+            finish = "two_misses"  # no PICK left to offer: the model is not asked
+            break
         best = Config.model_validate(s.best_config)
         decision = model.decide(
             cell.state(best),  # the best so far, with its measured runtime
