@@ -27,6 +27,7 @@ MAX_SEQ: Final = 2**63 - 1  # the largest bigint: paging parameters stop here
 SAFE_ID_PATTERN: Final = r"^[A-Za-z0-9_\-]{1,64}$"
 SAFE_ID_RULE: Final = "1 to 64 of letters, digits, '_' or '-'"
 SAFE_ID: Final = re.compile(SAFE_ID_PATTERN)
+RUN_REPEATS = 3  # timed runs of an agent's run (after the runner's warm-up): a session's step
 _WORKLOAD = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -136,7 +137,7 @@ class RunRequest(BaseModel):
     workload: WorkloadName
     size: Size
     config: dict[str, Any]
-    repeats: int = Field(default=3, ge=1, le=50)
+    repeats: int = Field(default=RUN_REPEATS, ge=1, le=50)
     purpose: str = Field(default="run", pattern=r"^[a-z_]{1,32}$")
     actor: Text = "agent"
 

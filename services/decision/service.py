@@ -32,7 +32,7 @@ from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.idempotency import ID_HEADER, KeyReused, Stored, append_once, find, request_sha256
 from hpc_ds1.log import get_logger
 from hpc_ds1.models_store import MODELS_BUCKET
-from hpc_ds1.requests import DecideRequest, RunRequest
+from hpc_ds1.requests import RUN_REPEATS, DecideRequest, RunRequest
 from hpc_ds1.runner.estimate import (
     RuntimeEstimate,
     RunTooLong,
@@ -53,7 +53,6 @@ SYSTEM1_CACHE = 4096  # System 1 answers kept (per model, device, workload and s
 MAX_IN_FLIGHT = 256  # decisions being answered at once; more get 503 at once
 MAX_RUNS_WAITING = 32  # of them, waiting for a real run on an agent
 STOP_GRACE_S = 5.0
-RUN_REPEATS = RunRequest.model_fields["repeats"].default
 CLAIM_POLL_S = 0.2  # how often a replica waiting on another's claim looks for its event
 SAFE_KEY_ID = re.compile(r"^[0-9a-f]{32}$")
 

@@ -13,7 +13,7 @@ import orjson
 from sqlalchemy import func, select
 
 from hpc_ds1.db import tables
-from hpc_ds1.evaluation.policies import POLICIES
+from hpc_ds1.evaluation.policies import ALL_POLICIES, LIVE_POLICIES
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.model import Model, State
 from hpc_ds1.settings import Settings
@@ -59,13 +59,22 @@ async def test_evaluate_measures_publishes_and_never_trains_on_held_out(
     code, out, err = await cli(e2e_settings, "--sizes", "gemm=288")
     assert code == 2 and "used in training" in err and "gemm 288" in err
 
-    code, out, err = await cli(e2e_settings, "--sizes", HELD, "--seed", "5", "--json")
+    code, out, err = await cli(
+        e2e_settings, "--sizes", HELD, "--seed", "5", "--live", "1", "--json"
+    )
     assert code == 0, err
     results = json.loads(out)
     assert results["model_version"] == first["version"] and results["seed"] == 5
     assert results["landscape"]["sizes"] == {"gemm": [240], "montecarlo": [300000]}
     policies = {row["policy"] for row in results["sessions"]["table"]}
-    assert policies == set(POLICIES)  # every policy replayed
+    assert policies == set(ALL_POLICIES)  # every policy replayed, and the live sessions
+    live = results["live"]  # from the recommendation and one seeded start per size, for real
+    assert {r["policy"] for r in live["table"]} == set(LIVE_POLICIES)
+    # one seeded start per size, and the recommendation where it ran at that size
+    sessions = live["all"]["live"]["sessions"]
+    assert 2 <= sessions <= 4 and live["all"]["replayed"]["sessions"] == sessions
+    assert live["runs"] >= sessions and live["failed_runs"] == 0 and live["run_seconds"] > 0
+    assert f"live session {sessions}: " in err
     plot = trained["home"] / "evaluation" / f"{first['version']}-full.png"
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
@@ -74,15 +83,16 @@ async def test_evaluate_measures_publishes_and_never_trains_on_held_out(
     async with open_stack(settings, ("projector", "gateway", "trainer"), "e2e-eval") as stack:
         m = tables.measurements
         with stack.engine.connect() as conn:
-            measured, truth = (
+            measured, truth, live_runs = (
                 conn.execute(
                     select(func.count()).where(m.c.purpose == purpose, m.c.held_out.is_(True))
                 ).scalar_one()
-                for purpose in ("evaluate", "truth")
+                for purpose in ("evaluate", "truth", "live")
             )
         assert measured == sum(configs.values()) == results["landscape"]["measurements"]
         # the truth pass re-measured (held out too) what the scores are taken against
         assert truth > 0 and "truth" in results
+        assert live_runs == live["runs"]  # every live run recorded, apart from the passes
 
         base = f"http://127.0.0.1:{settings.port}"
         headers = bearer(await grant(stack, "viewer"))
@@ -95,7 +105,7 @@ async def test_evaluate_measures_publishes_and_never_trains_on_held_out(
 
         # the held-out runs are in the log now: training again must fit exactly the same model
         again = await retrain(stack, trained["device_id"])
-        assert again["metrics"]["counts"]["held_out_ignored"] == measured + truth
+        assert again["metrics"]["counts"]["held_out_ignored"] == measured + truth + live_runs
     before = Model.from_file(trained["home"] / "models" / f"{first['version']}.onnx")
     after = Model.from_file(trained["home"] / "models" / f"{again['version']}.onnx")
     assert after.sizes == before.sizes

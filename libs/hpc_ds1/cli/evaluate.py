@@ -16,6 +16,8 @@ from ..settings import Settings
 from . import CommandFailed, PreconditionError, UsageError
 from .common import add_home_argument, load_settings, run_campaign, show_progress
 
+MAX_LIVE = 20  # live starts per held-out size: each session is several real launches
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
@@ -66,6 +68,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--no-guard", action="store_true", help="skip the leave-one-kernel-out retraining"
     )
+    parser.add_argument(
+        "--live",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run the model's tuning sessions for real on each held-out size, from its "
+        "recommendation and from N seeded random starts, and score them on the truth pass "
+        "beside the replay of the same starts (default 0: replay only)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     add_home_argument(parser)
     parser.set_defaults(handler=handle)
@@ -93,6 +104,13 @@ def handle(args: argparse.Namespace) -> int:
         if args.truth_repeats < 5:
             raise UsageError("--truth-repeats must be at least 5")
         profile = replace(profile, truth_repeats=args.truth_repeats)
+    if args.live < 0 or args.live > MAX_LIVE:
+        raise UsageError(f"--live {args.live}: accepted is 0 to {MAX_LIVE} starts per size")
+    if args.live and (args.no_measure or args.no_truth):
+        raise UsageError(
+            "--live runs sessions for real and scores them on the truth pass: it cannot go "
+            "with --no-measure or --no-truth"
+        )
     names = args.workloads or sorted(model.workloads)
     unknown = sorted(set(names) - set(model.workloads))
     if unknown:
@@ -132,6 +150,7 @@ async def _evaluate(
     settings: Settings, args: argparse.Namespace, model: Any, eval_profile: Any, chunks: list[Any]
 ) -> int:
     from ..evaluation import EvaluationError, evaluate
+    from ..evaluation.live import run_stats
     from ..evaluation.report import render
     from ..evaluation.run import truth_plan
     from ..hardware import Fingerprint
@@ -179,6 +198,10 @@ async def _evaluate(
                 bar.update(done - bar.n)
 
             try:
+                live: list[Any] = []
+                live_runs: list[Any] = []
+                if args.live:
+                    live, live_runs = await _live(stack, device_id, model, rows, args, info)
                 if not args.no_truth:
                     plan = await asyncio.to_thread(
                         truth_plan,
@@ -187,6 +210,7 @@ async def _evaluate(
                         seed=args.seed,
                         everything=args.truth_all,
                         progress=progress,
+                        live=live,
                     )
                     truth_chunks = [
                         [PlannedJob(w, s, c, eval_profile.truth_repeats) for c in configs]
@@ -217,7 +241,10 @@ async def _evaluate(
                     progress=progress,
                     truth=None if args.no_truth else truth_rows,
                     truth_repeats=eval_profile.truth_repeats,
+                    live=live,
                 )
+                if live and evaluation.results.get("live"):
+                    evaluation.results["live"].update(run_stats(live_runs))
             except EvaluationError as error:  # the data cannot be scored: a failure (1)
                 raise CommandFailed(str(error)) from None
         results = evaluation.results
@@ -266,6 +293,70 @@ async def _measure(
     return report
 
 
+async def _live(
+    stack: Any, device_id: str, model: Any, rows: list[Any], args: argparse.Namespace, info: TextIO
+) -> tuple[list[Any], list[Any]]:
+    """The live sessions (evaluation/live.py), each run recorded as a held-out measurement of
+    purpose "live" (which neither training nor the observed pass reads)."""
+    from ..devicelock import device_lock
+    from ..evaluation.live import LiveRun
+    from ..evaluation.run import run_live
+    from ..events import envelope
+    from ..measure import measurement_event
+    from ..requests import RUN_REPEATS
+    from ..runner import run
+
+    home, cap = stack.settings.home, stack.settings.max_run_s
+    loop = asyncio.get_running_loop()
+    all_runs: list[LiveRun] = []
+    done = 0
+
+    def run_fn(workload: str, size: int, config: Any) -> Any:
+        with device_lock(home):
+            return run(
+                workload,
+                size,
+                config,
+                repeats=RUN_REPEATS,
+                space=model.space_for(workload),
+                timeout_s=cap,
+            )
+
+    def record(outcome: Any, runs: list[LiveRun]) -> None:
+        nonlocal done
+        done += 1
+        all_runs.extend(runs)
+        envelopes = [
+            envelope(
+                measurement_event(r.result, device_id, "live", held_out=True),
+                actor="evaluate",
+                source="evaluate",
+                prefix=stack.settings.subject_prefix,
+            )
+            for r in runs
+        ]
+        asyncio.run_coroutine_threadsafe(stack.bus.publish_many(envelopes), loop).result()
+        print(
+            f"live session {done}: {outcome.workload} {outcome.size} {outcome.policy} from "
+            f"{outcome.start.label()} -> {outcome.final.label()} in {outcome.runs} runs, "
+            f"{outcome.cost_s:.1f} s ({outcome.finish})",
+            flush=True,
+            file=info,
+        )
+
+    print(
+        f"\nlive sessions: from the recommendation and {args.live} seeded starts per size, "
+        f"every run real ({RUN_REPEATS} timed repeats after a warm-up, as `tune`)",
+        flush=True,
+        file=info,
+    )
+    outcomes = await asyncio.to_thread(
+        run_live, model, rows, args.live, run_fn, seed=args.seed, on_session=record
+    )
+    await stack.caught_up()
+    return outcomes, all_runs
+
+
 def _load(
     engine: Any, device_id: str, held_sizes: set[tuple[str, int]]
 ) -> tuple[list[Any], list[Any]]:
@@ -278,6 +369,8 @@ def _load(
     truth: list[Any] = []
     for row in load_measurements(engine, device_id):
         if row["held_out"] and (row["workload"], row["size"]) not in held_sizes:
+            continue
+        if row.get("purpose") == "live":  # a live session's runs: not a pass over the space
             continue
         (truth if row.get("purpose") == "truth" else out).append(Measurement.model_validate(row))
     return out, truth

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from .decisions import Checked
-from .policies import POLICIES, SessionOutcome
+from .policies import ALL_POLICIES, SessionOutcome
 
 COLOURS = {
     "model": "#1f77b4",
     "model_recommend": "#1a9850",
     "model_transfer": "#17becf",
+    "model_live": "#08306b",
+    "model_recommend_live": "#00441b",
     "greedy": "#ff7f0e",
     "random": "#2ca02c",
     "optuna_tpe": "#9467bd",
@@ -34,7 +36,7 @@ def write_plot(
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
-    for policy in POLICIES:
+    for policy in ALL_POLICIES:
         mine = [o for o in sessions if o.policy == policy]
         if not mine:
             continue

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from hpc_ds1.events import SessionMoveDecided, SessionMoveResolved, SessionStarted, SessionStepRun
 from hpc_ds1.model.schema import State, Thresholds
@@ -39,10 +39,9 @@ POLICIES = (
     "optuna_tpe",
     "exhaustive",
 )
+LIVE_POLICIES = ("model_live", "model_recommend_live")  # run for real, not replayed (live.py)
+ALL_POLICIES = POLICIES[:3] + LIVE_POLICIES + POLICIES[3:]
 REPLAY_ID = "replay"
-# Not a neighbour and not a learned move: the model's System 1 configuration for the job, tried
-# once where a session would stop away from it. Measured offline only (compare.py,
-# docs/evaluation.md section 15); the coordinator's sessions do not propose it.
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,7 @@ class SessionOutcome:
     finish: str = ""
     engineer_moves: int = 0  # proposals that would have waited for an engineer
     ran: tuple[Config, ...] = ()  # every configuration it ran, in order (its tuning cost)
+    cost_s: float | None = None  # measured seconds of its runs, where it ran for real
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +70,7 @@ class SessionOutcome:
             "finish": self.finish,
             "engineer_moves": self.engineer_moves,
             "ran": [c.label() for c in self.ran],
+            **({} if self.cost_s is None else {"cost_s": round(self.cost_s, 3)}),
         }
 
 
@@ -79,16 +80,50 @@ def _outcome(policy: str, cell: Cell, start: Config, final: Config, runs: int, *
     )
 
 
-def _step_run(cell: Cell, step: int, move: str | None, config: Config) -> SessionStepRun:
-    point = cell.points.get(config)
+@dataclass(frozen=True)
+class Run:
+    """One run of a configuration as a session sees it: median runtime, relative spread."""
+
+    runtime_s: float
+    spread: float | None
+    throughput: float | None = None
+
+
+# The `rerun`-th run of a configuration in one session: 0 for a move's own run, k >= 1 for its
+# k-th re-run while the keep rule races. None: the run failed.
+Measure = Callable[[Config, int], Run | None]
+
+
+def replay_measure(cell: Cell, seed: int, sigma_floor: float) -> Measure:
+    """A session replayed on the observed pass: a move's run is the configuration's measured
+    median; a race's re-run is drawn around it (`rerun`)."""
+
+    def measure(config: Config, k: int) -> Run | None:
+        if k == 0:
+            point = cell.points.get(config)
+            return None if point is None else Run(point.runtime_s, point.spread, point.throughput)
+        again = rerun(cell, config, k, seed, sigma_floor)
+        return None if again is None else Run(*again)
+
+    return measure
+
+
+def _step_run(
+    step: int,
+    move: str | None,
+    config: Config,
+    run: Run | None,
+    race: Literal["incumbent", "candidate"] | None = None,
+) -> SessionStepRun:
     return SessionStepRun(
         session_id=REPLAY_ID,
         step=step,
         move=move,
         config=config.model_dump(),
-        status="ok" if point else "failed",
-        runtime_s=point.runtime_s if point else None,
-        spread=point.spread if point else None,
+        status="ok" if run else "failed",
+        runtime_s=run.runtime_s if run else None,
+        spread=run.spread if run else None,
+        race=race,
     )
 
 
@@ -130,6 +165,7 @@ def model_session(
     system1: Mapping[str, Any] | None = None,
     pick_after_misses: bool = True,
     pick_gain: float | None = PICK_MIN_GAIN,
+    measure: Measure | None = None,
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session, with the
     coordinator's keep rule; a race's re-runs come from `rerun` (seeded). `system1`: the
@@ -137,7 +173,9 @@ def model_session(
     the session would end (the model's STOP, no untried move or, with `pick_after_misses`, two
     misses in a row) and System 1 predicts it at least `pick_gain` faster than the best so far
     (None: ungated), as the coordinator does (domain.pick_to_offer); None: no PICK, the
-    coordinator's session before docs/evaluation.md section 16."""
+    coordinator's session before docs/evaluation.md section 16. `measure`: where the runs come
+    from (None: the replay, `replay_measure`); a session that measures for real asks the model
+    from its own best runtime, as the coordinator does."""
     started = SessionStarted(
         session_id=REPLAY_ID,
         device_id=model.device_id,
@@ -145,8 +183,14 @@ def model_session(
         size=cell.size,
         start=start.model_dump(),
     )
+    replayed = measure is None
+    measure = measure or replay_measure(cell, seed, rule.sigma_floor)
     s = evolve(SessionState(), 1, started)
-    s = evolve(s, 2, _step_run(cell, 0, None, start))
+    first = measure(start, 0)
+    s = evolve(s, 2, _step_run(0, None, start, first))
+    if first is None:
+        return _outcome(policy, cell, start, start, 1, finish="failed", ran=(start,))
+    seen = {start: first}
     ran = [start]
     reruns: dict[Config, int] = {}
     engineer, finish = 0, "max_runs"
@@ -159,7 +203,8 @@ def model_session(
             break
         best = Config.model_validate(s.best_config)
         decision = model.decide(
-            cell.state(best),  # the best so far, with its measured runtime
+            # the best so far, with its measured runtime
+            cell.state(best) if replayed else _state(cell, best, s.best_runtime_s, seen[best]),
             space=space,
             thresholds=thresholds,
         )
@@ -208,29 +253,18 @@ def model_session(
         if move != PICK:
             target = apply_move(best, move, space)
         assert target is not None  # alternatives hold only the feasible moves
-        run = _step_run(cell, step, move, target)
+        tried = measure(target, 0)
+        if tried is not None:
+            seen.setdefault(target, tried)
         ran.append(target)
-        s = evolve(s, s.version + 1, run)
+        s = evolve(s, s.version + 1, _step_run(step, move, target, tried))
         r = resolve(s, rule)
         while r.race is not None:
             config = best if r.race == "incumbent" else target
             reruns[config] = reruns.get(config, 0) + 1
-            again = rerun(cell, config, reruns[config], seed, rule.sigma_floor)
+            again = measure(config, reruns[config])
             ran.append(config)
-            s = evolve(
-                s,
-                s.version + 1,
-                SessionStepRun(
-                    session_id=REPLAY_ID,
-                    step=s.runs,
-                    move=move,
-                    config=config.model_dump(),
-                    status="ok" if again else "failed",
-                    runtime_s=again[0] if again else None,
-                    spread=again[1] if again else None,
-                    race=r.race,
-                ),
-            )
+            s = evolve(s, s.version + 1, _step_run(s.runs, move, config, again, r.race))
             r = resolve(s, rule)
         s = evolve(
             s,
@@ -254,6 +288,16 @@ def model_session(
     final = Config.model_validate(s.best_config)
     return _outcome(
         policy, cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
+    )
+
+
+def _state(cell: Cell, config: Config, runtime_s: float, run: Run) -> State:
+    return State(
+        workload=cell.workload,
+        size=cell.size,
+        config=config,
+        runtime_s=runtime_s,
+        throughput=run.throughput,
     )
 
 

@@ -61,6 +61,8 @@ def render(results: dict[str, Any]) -> str:
         )
     if "truth" in results:
         parts.append(render_truth(results["truth"]))
+    if results.get("live"):
+        parts.append(render_live(results["live"]))
     s1 = results["system1"]
     parts.append("\nSystem 1: the whole configuration before anything runs")
     parts.append(
@@ -173,5 +175,39 @@ def render_truth(t: dict[str, Any]) -> str:
             f"model - {other}: median {v['median_difference']:+} {v['median_interval']}, "
             f"p10 {v['p10_difference']:+} {v['p10_interval']} ({v['interval']}, "
             f"{v['cells']} cells)"
+        )
+    return "\n".join(parts)
+
+
+def render_live(live: dict[str, Any]) -> str:
+    """Live sessions against the replay of the same starts, both on the truth pass."""
+
+    def row(name: str, f: dict[str, Any]) -> list[Any]:
+        first = [f[k] for k in ("sessions", "pct_median", "pct_p10", "pct_mean")]
+        rest = [f[k] for k in ("runs_median", "runs_mean", "cost_s_median")]
+        return [name, *first, _pct(f["within_noise_share"]), *rest]
+
+    rows = [
+        row(f"{r['policy']} ({side})", r[side])
+        for r in live["table"]
+        for side in ("live", "replayed")
+    ]
+    headers = ["sessions", "n", "true %: median", "p10", "mean", "within noise"]
+    parts = [
+        "\nLive sessions: every run a real launch, beside the replay of the same start "
+        "(truth pass)",
+        table([*headers, "runs: median", "mean", "cost s: median"], rows),
+    ]
+    v = live.get("live_minus_replayed")
+    if v is not None:
+        parts.append(
+            f"live - replayed: median {v['median_difference']:+} {v['median_interval']}, "
+            f"p10 {v['p10_difference']:+} {v['p10_interval']} ({v['interval']}, "
+            f"{v['cells']} cells)"
+        )
+    if "runs" in live:
+        parts.append(
+            f"{live['runs']} live runs ({live['failed_runs']} failed) in {live['run_seconds']} s; "
+            f"their own spread (the repeats of one launch) median {_pct(live['run_spread_median'])}"
         )
     return "\n".join(parts)

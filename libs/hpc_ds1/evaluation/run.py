@@ -19,6 +19,7 @@ from . import decisions as dc
 from . import policies as pol
 from .headline import system1_truth, target_row, truth_targets, versus
 from .landscape import Cell, EvaluationError, build_cells, noise_summary, percentile
+from .live import LiveRun, RunFn, live_sessions, live_summary
 from .system1 import system1
 from .truth import (
     NEAR_BEST,
@@ -66,7 +67,7 @@ def check_honest(
 
 def _session_table(outcomes: Sequence[pol.SessionOutcome]) -> list[dict[str, Any]]:
     rows = []
-    for policy in pol.POLICIES:
+    for policy in pol.ALL_POLICIES:
         mine = [o for o in outcomes if o.policy == policy]
         if not mine:
             continue
@@ -164,13 +165,15 @@ def evaluate(
     truth: Sequence[Measurement] | None = None,
     truth_repeats: int = TRUTH_REPEATS,
     session_repeats: int = SESSION_REPEATS,
+    live: Sequence[pol.SessionOutcome] = (),
 ) -> Evaluation:
     """Score `model` on the held-out measurements among `measurements` (the device's log).
 
     Training data for the references and the leave-one-kernel-out retraining is what the model
     was trained on: the non-held-out measurements at the model's own training sizes.
     `truth`: the truth pass's measurements (truth.py); when given, results["truth"] scores
-    every session on them (the observed-pass scores stay where they were)."""
+    every session on them (the observed-pass scores stay where they were). `live`: sessions
+    run for real on these cells (live.py), scored beside the replay of their starts."""
     started = time.perf_counter()
     thresholds = thresholds or model.thresholds
     training = [
@@ -180,6 +183,7 @@ def evaluate(
     space_for = model.space_for
     transfer = relative_table(aggregate(training))
     outcomes = _replay_sessions(model, cells, thresholds, seed, progress, transfer=transfer)
+    outcomes += live
     from hpc_ds1.workloads import get_workload
 
     tiles = {c.workload: get_workload(c.workload).default_tile for c in cells}
@@ -226,6 +230,8 @@ def evaluate(
         results["truth"]["versus"] = {
             other: versus(scores, "model", other, seed=seed) for other in ("random", "optuna_tpe")
         }
+        if live:
+            results["live"] = live_summary(scores, seed=seed)
     results["targets"] = _targets(results)
     results["seconds"] = round(time.perf_counter() - started, 2)
     return Evaluation(results, outcomes, checks)
@@ -257,10 +263,11 @@ def truth_plan(
     near: float = NEAR_BEST,
     everything: bool = False,
     progress: Progress = _quiet,
+    live: Sequence[pol.SessionOutcome] = (),
 ) -> dict[tuple[str, int], list[Config]]:
     """What the truth pass must measure: replay every policy on the observed pass (the same
     seeded replay `evaluate` makes), then every configuration within `near` of the observed
-    best and every one a session ended on (truth.truth_configs)."""
+    best and every one a session ended on, the `live` ones included (truth.truth_configs)."""
     training = [
         m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
     ]
@@ -268,6 +275,7 @@ def truth_plan(
     thresholds = thresholds or model.thresholds
     transfer = relative_table(aggregate(training))
     outcomes = _replay_sessions(model, cells, thresholds, seed, progress, transfer=transfer)
+    outcomes += live
     plan = truth_configs(cells, outcomes, near=near, everything=everything)
     # System 1's picks too, so that they are scored on the truth pass as the sessions are.
     from hpc_ds1.workloads import get_workload
@@ -282,6 +290,32 @@ def truth_plan(
         extra = {c for c in cell.points if c.label() in labels}
         plan[key] = sorted(set(plan.get(key, [])) | extra, key=Config.label)
     return plan
+
+
+def run_live(
+    model: Model,
+    measurements: Sequence[Measurement],
+    n: int,
+    run_fn: RunFn,
+    *,
+    seed: int = 0,
+    thresholds: Thresholds | None = None,
+    on_session: Callable[[pol.SessionOutcome, list[LiveRun]], None] | None = None,
+) -> list[pol.SessionOutcome]:
+    """The live sessions (live.py) on the held-out cells among `measurements`."""
+    training = [
+        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
+    ]
+    cells, _, _ = _cells(model, measurements, training)
+    return live_sessions(
+        model,
+        cells,
+        thresholds or model.thresholds,
+        n,
+        run_fn,
+        seed=seed,
+        on_session=on_session,
+    )
 
 
 def _budget(model_runs: Sequence[int]) -> int:

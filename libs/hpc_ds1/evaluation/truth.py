@@ -19,9 +19,10 @@ On the truth pass, for every session:
   sessions whose start was truth-measured and slower than the true best beyond that noise
   (elsewhere there was nothing to capture); negative when the session ended slower than it
   started;
-- tuning cost: the real run time the session spent, the observed runtime of every run it made
-  times (1 warm-up + the session's timed runs), as a session's task runs a configuration
-  (fleet.execute.TASK_REPEATS timed runs after the runner's warm-up).
+- tuning cost: the real run time the session spent: a live session's measured seconds; a
+  replayed one's, the observed runtime of every run it made times (1 warm-up + the session's
+  timed runs), as the coordinator's agent runs a session's step (requests.RUN_REPEATS timed
+  runs after the runner's warm-up).
 
 Exhaustive search ends on the observed best; scored on the truth pass it lands below 100 %
 wherever the observed best was luck, which checks that the method sees the noise."""
@@ -34,17 +35,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_ds1.fleet.execute import TASK_REPEATS
 from hpc_ds1.model.labels import aggregate
 from hpc_ds1.model.schema import Measurement
+from hpc_ds1.requests import RUN_REPEATS
 from hpc_ds1.space import Config
 
 from .landscape import Cell, EvaluationError, percentile
-from .policies import POLICIES, SessionOutcome
+from .policies import ALL_POLICIES, SessionOutcome
 
 NEAR_BEST = 0.15
 TRUTH_REPEATS = 5
-SESSION_REPEATS = TASK_REPEATS  # timed runs per run of a tuning session, after a warm-up
+SESSION_REPEATS = RUN_REPEATS  # timed runs per run of a tuning session, after a warm-up
 SE_MEDIAN = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n) (normal noise)
 NOISE_Z = 2.0
 
@@ -143,9 +144,11 @@ def score_sessions(
         start = points.get(o.start)
         if start is not None and not within_noise(start, best, repeats):
             captured = (start.runtime_s - final.runtime_s) / (start.runtime_s - best.runtime_s)
-        cost = sum(
-            cell.points[c].runtime_s * (1 + session_repeats) for c in o.ran if c in cell.points
-        )
+        cost = o.cost_s
+        if cost is None:  # replayed: what its runs would have cost
+            cost = sum(
+                cell.points[c].runtime_s * (1 + session_repeats) for c in o.ran if c in cell.points
+            )
         scores.append(
             TrueScore(
                 o,
@@ -164,7 +167,7 @@ def _r(value: float, digits: int = 2) -> float:
 
 def truth_table(scores: Sequence[TrueScore]) -> list[dict[str, Any]]:
     rows = []
-    for policy in POLICIES:
+    for policy in ALL_POLICIES:
         mine = [s for s in scores if s.outcome.policy == policy]
         if not mine:
             continue

@@ -12,6 +12,8 @@ const POLICY = {
   model: "HPC-DS1 model",
   model_recommend: "HPC-DS1 model from its recommendation (as tune starts)",
   model_transfer: "HPC-DS1 model from the interpolated-transfer pick",
+  model_live: "HPC-DS1 model, run for real from seeded starts (evaluate --live)",
+  model_recommend_live: "HPC-DS1 model, run for real from its recommendation",
   greedy: "greedy (every neighbour, best kept)",
   random: "random search (same budget)",
   optuna_tpe: "Optuna TPE (same budget)",
