@@ -29,7 +29,7 @@ from hpc_ds1.api import load
 from hpc_ds1.cli.common import load_settings
 from hpc_ds1.evaluation.compare import compare, default_variants
 from hpc_ds1.evaluation.plan import final_sizes
-from hpc_ds1.model import Measurement
+from hpc_ds1.evaluation.truth import split_passes
 from hpc_ds1.settings import Settings
 
 COORDINATOR = "model, new keep rule"  # the variant that replays what the coordinator does
@@ -122,8 +122,7 @@ def main() -> int:
     from hpc_ds1.workloads import get_workload
 
     final = {(w, s) for w in model.workloads for s in final_sizes(get_workload(w))}
-    observed = [Measurement.model_validate(r) for r in rows if r.get("purpose") != "truth"]
-    truth = [Measurement.model_validate(r) for r in rows if r.get("purpose") == "truth"]
+    observed, truth = split_passes(rows)
     seeds = [int(s) for s in args.seeds.split(",")]
     variants = default_variants()
     if args.only:

@@ -13,6 +13,7 @@ from hpc_ds1.evaluation.live import (
     LIVE_POLICY,
     LiveMeasure,
     LiveRun,
+    launch_spread,
     live_sessions,
     live_starts,
     live_summary,
@@ -22,7 +23,7 @@ from hpc_ds1.evaluation.live import (
 from hpc_ds1.evaluation.policies import model_session, system1_answer
 from hpc_ds1.evaluation.report import render_live
 from hpc_ds1.evaluation.truth import TruePoint, score_sessions
-from hpc_ds1.model.schema import Thresholds
+from hpc_ds1.model.schema import Measurement, Thresholds
 from hpc_ds1.runner.result import RunResult, Status
 from hpc_ds1.space import Config, ConfigSpace
 from tests.evaluation.test_pick import Scripted
@@ -185,3 +186,13 @@ def test_each_live_session_is_scored_beside_the_replay_of_its_start() -> None:
     assert live_summary(scores[: len(replays)]) is None  # no live session, no summary
     text = render_live(summary)
     assert "model_live (live)" in text and "live - replayed: median +0.0" in text
+
+
+def test_a_workloads_launch_spread_is_the_median_of_its_training_runs() -> None:
+    def m(spread: float | None, **kw: Any) -> Measurement:
+        fields = {"workload": "gemm", "size": 64, "config": START.model_dump(), "status": "ok"}
+        return Measurement.model_validate({**fields, "runtime_s": 1.0, "spread": spread, **kw})
+
+    rows = [m(0.01), m(0.05), m(0.09), m(None), m(0.9, held_out=True), m(0.9, status="failed")]
+    assert launch_spread(rows, "gemm") == 0.05  # held-out, failed and unknown spreads left out
+    assert launch_spread(rows, "stencil") is None

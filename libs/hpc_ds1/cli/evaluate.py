@@ -298,29 +298,16 @@ async def _live(
 ) -> tuple[list[Any], list[Any]]:
     """The live sessions (evaluation/live.py), each run recorded as a held-out measurement of
     purpose "live" (which neither training nor the observed pass reads)."""
-    from ..devicelock import device_lock
-    from ..evaluation.live import LiveRun
+    from ..evaluation.live import LiveRun, device_runs
     from ..evaluation.run import run_live
     from ..events import envelope
     from ..measure import measurement_event
     from ..requests import RUN_REPEATS
-    from ..runner import run
 
-    home, cap = stack.settings.home, stack.settings.max_run_s
+    run_fn = device_runs(stack.settings.home, model.space_for, stack.settings.max_run_s)
     loop = asyncio.get_running_loop()
     all_runs: list[LiveRun] = []
     done = 0
-
-    def run_fn(workload: str, size: int, config: Any) -> Any:
-        with device_lock(home):
-            return run(
-                workload,
-                size,
-                config,
-                repeats=RUN_REPEATS,
-                space=model.space_for(workload),
-                timeout_s=cap,
-            )
 
     def record(outcome: Any, runs: list[LiveRun]) -> None:
         nonlocal done
@@ -362,18 +349,14 @@ def _load(
 ) -> tuple[list[Any], list[Any]]:
     """The device's training measurements and its observed held-out ones at the sizes asked
     for; apart, the truth pass's measurements at those sizes."""
-    from ..model import Measurement
+    from ..evaluation.truth import split_passes
     from ..services.trainer.training import load_measurements
 
-    out: list[Any] = []
-    truth: list[Any] = []
-    for row in load_measurements(engine, device_id):
-        if row["held_out"] and (row["workload"], row["size"]) not in held_sizes:
-            continue
-        if row.get("purpose") == "live":  # a live session's runs: not a pass over the space
-            continue
-        (truth if row.get("purpose") == "truth" else out).append(Measurement.model_validate(row))
-    return out, truth
+    return split_passes(
+        row
+        for row in load_measurements(engine, device_id)
+        if not row["held_out"] or (row["workload"], row["size"]) in held_sizes
+    )
 
 
 def _plot(home: Path, model: Any, profile: str, evaluation: Any) -> str:

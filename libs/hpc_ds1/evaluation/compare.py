@@ -25,7 +25,7 @@ from hpc_ds1.space import ConfigSpace
 from . import policies as pol
 from .landscape import Cell, Point, build_cells, nearest_size, percentile
 from .run import _trained_best, _transfer_session
-from .truth import TRUTH_REPEATS, Key, TruePoint, truth_points, within_noise
+from .truth import TRUTH_REPEATS, Key, TruePoint, split_passes, truth_points, within_noise
 
 RULES: dict[str, KeepRule] = {
     "old": OLD_RULE,
@@ -390,6 +390,5 @@ def cached_landscape(path: Path) -> tuple[Path, Model, list[Measurement], list[M
 
     home = load_settings(quiet=True).home
     rows = orjson.loads(path.read_bytes())
-    observed = [Measurement.model_validate(r) for r in rows if r.get("purpose") != "truth"]
-    truth = [Measurement.model_validate(r) for r in rows if r.get("purpose") == "truth"]
+    observed, truth = split_passes(rows)
     return Path(home), load(home, log_decisions=False), observed, truth

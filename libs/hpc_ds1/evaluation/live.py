@@ -14,14 +14,15 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from hpc_ds1.model.schema import Thresholds
+from hpc_ds1.model.schema import Measurement, Thresholds
 from hpc_ds1.runner import RunResult
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
-from hpc_ds1.space import Config
+from hpc_ds1.space import Config, ConfigSpace
 
 from . import policies as pol
 from .headline import versus
@@ -31,6 +32,7 @@ from .truth import TrueScore
 LIVE_POLICY = {"model": "model_live", "model_recommend": "model_recommend_live"}
 REPLAYED = "replayed_at_live_starts"  # the replay of the live sessions' starts, paired
 LIVE = "live"
+FLOORED = "_launch_floor"  # a live session whose keep rule took a launch floor (benchmark only)
 
 RunFn = Callable[[str, int, Config], RunResult]  # one real run: workload, size, configuration
 
@@ -58,6 +60,27 @@ class LiveMeasure:
         return pol.Run(result.runtime_s, result.spread, result.throughput)
 
 
+def device_runs(home: Path, space_for: Callable[[str], ConfigSpace], timeout_s: float) -> RunFn:
+    """Real runs on this machine as `tune`'s agent makes them (RUN_REPEATS timed runs after a
+    warm-up, one launch), each under the home's device lock."""
+    from hpc_ds1.devicelock import device_lock
+    from hpc_ds1.requests import RUN_REPEATS
+    from hpc_ds1.runner import run
+
+    def run_fn(workload: str, size: int, config: Config) -> RunResult:
+        with device_lock(home):
+            return run(
+                workload,
+                size,
+                config,
+                repeats=RUN_REPEATS,
+                space=space_for(workload),
+                timeout_s=timeout_s,
+            )
+
+    return run_fn
+
+
 def live_starts(cell: Cell, n: int, seed: int) -> list[Config]:
     """N starts drawn without replacement from the configurations that ran at this size, from
     (seed, workload, size) alone."""
@@ -76,10 +99,16 @@ def live_sessions(
     seed: int = 0,
     rule: KeepRule = DEFAULT_RULE,
     on_session: Callable[[pol.SessionOutcome, list[LiveRun]], None] | None = None,
+    floor: Mapping[str, float | None] | None = None,
 ) -> list[pol.SessionOutcome]:
     """Per cell: the model's session from its recommendation, then from `n` seeded starts,
-    every run real (`run_fn`). `on_session` gets each session and its runs as it ends."""
+    every run real (`run_fn`). `on_session` gets each session and its runs as it ends.
+    `floor` (benchmarks/live_sessions.py): each start runs twice, once with the keep rule's
+    floor on a run's sigma raised to the workload's `floor` (policy suffixed FLOORED) and once
+    with `rule` as it is, which goes first alternating from start to start so that neither
+    meets the machine's slow minutes alone."""
     out: list[pol.SessionOutcome] = []
+    turn = 0
     for cell in cells:
         space = model.space_for(cell.workload)
         answer = pol.system1_answer(model, cell, space, thresholds)
@@ -89,25 +118,44 @@ def live_sessions(
         plan = [("model", start) for start in live_starts(cell, n, seed)]
         if recommended in cell.points:  # as the replay: a failed pick has no session
             plan.insert(0, ("model_recommend", recommended))
+        rules = [("", rule)]
+        if floor is not None:
+            raised = max(rule.sigma_floor, floor.get(cell.workload) or 0.0)
+            rules.insert(0, (FLOORED, replace(rule, sigma_floor=raised)))
         for base, start in plan:
-            measure = LiveMeasure(cell, run_fn)
-            outcome = pol.model_session(
-                model,
-                cell,
-                start,
-                space,
-                thresholds,
-                rule=rule,
-                seed=seed,
-                policy=LIVE_POLICY[base],
-                system1=answer,
-                measure=measure,
-            )
-            outcome = replace(outcome, cost_s=sum(r.seconds for r in measure.runs))
-            if on_session is not None:
-                on_session(outcome, measure.runs)
-            out.append(outcome)
+            turn += 1
+            for suffix, session_rule in rules if turn % 2 else rules[::-1]:
+                measure = LiveMeasure(cell, run_fn)
+                outcome = pol.model_session(
+                    model,
+                    cell,
+                    start,
+                    space,
+                    thresholds,
+                    rule=session_rule,
+                    seed=seed,
+                    policy=LIVE_POLICY[base] + suffix,
+                    system1=answer,
+                    measure=measure,
+                )
+                outcome = replace(outcome, cost_s=sum(r.seconds for r in measure.runs))
+                if on_session is not None:
+                    on_session(outcome, measure.runs)
+                out.append(outcome)
     return out
+
+
+def launch_spread(measurements: Iterable[Measurement], workload: str) -> float | None:
+    """A workload's run-to-run spread between launches on a device: the median relative spread
+    of its ok training measurements, each taken by setup in interleaved rounds of one launch
+    (a live run's own repeats share one launch). The median of two-launch spreads is about
+    0.7 sigma for normal noise: a floor, not an estimate. None without a spread."""
+    spreads = [
+        m.spread
+        for m in measurements
+        if m.workload == workload and m.ok and not m.held_out and m.spread is not None
+    ]
+    return round(statistics.median(spreads), 5) if spreads else None
 
 
 def _base(policy: str) -> str:

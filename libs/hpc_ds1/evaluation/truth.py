@@ -88,6 +88,21 @@ def truth_configs(
     return out
 
 
+def split_passes(
+    rows: Iterable[Mapping[str, Any]],
+) -> tuple[list[Measurement], list[Measurement]]:
+    """A device's measurement rows as (everything but the truth pass, the truth pass); a live
+    session's runs (purpose "live", evaluation/live.py) are in neither: they are no pass over
+    the space, and folded into the observed pass they would change its medians."""
+    observed: list[Measurement] = []
+    truth: list[Measurement] = []
+    for row in rows:
+        purpose = row.get("purpose")
+        if purpose != "live":
+            (truth if purpose == "truth" else observed).append(Measurement.model_validate(row))
+    return observed, truth
+
+
 def truth_points(measurements: Iterable[Measurement]) -> dict[Key, dict[Config, TruePoint]]:
     """The truth pass's measurements as (workload, size) -> configuration -> true runtime."""
     outcomes = aggregate(m.model_copy(update={"held_out": False}) for m in measurements)
