@@ -111,6 +111,7 @@ def main() -> int:
     from hpc_ds1.cli.common import load_settings
     from hpc_ds1.evaluation.compare import development_cells
     from hpc_ds1.evaluation.plan import final_sizes
+    from hpc_ds1.evaluation.run import training_of
     from hpc_ds1.evaluation.truth import split_passes, truth_points
     from hpc_ds1.workloads import get_workload
 
@@ -134,7 +135,7 @@ def main() -> int:
             flush=True,
         )
 
-    training = [m for m in observed if m.size in model.sizes.get(m.workload, ())]
+    training = training_of(model, observed)
     floor = {w: launch_spread(training, w) for w in model.workloads}
     try:
         result = compare_floors(

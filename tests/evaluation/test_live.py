@@ -5,14 +5,20 @@ asserted (the real launches are in tests/e2e/test_evaluate.py)."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from hpc_ds1.devicelock import Cancelled
 from hpc_ds1.evaluation import Cell
 from hpc_ds1.evaluation.live import (
     LIVE_POLICY,
     LiveMeasure,
     LiveRun,
+    device_runs,
     launch_spread,
     live_sessions,
     live_starts,
@@ -196,3 +202,11 @@ def test_a_workloads_launch_spread_is_the_median_of_its_training_runs() -> None:
     rows = [m(0.01), m(0.05), m(0.09), m(None), m(0.9, held_out=True), m(0.9, status="failed")]
     assert launch_spread(rows, "gemm") == 0.05  # held-out, failed and unknown spreads left out
     assert launch_spread(rows, "stencil") is None
+
+
+def test_a_cancelled_live_evaluation_starts_no_more_launches(tmp_path: Path) -> None:
+    stop = threading.Event()
+    run_fn = device_runs(tmp_path, lambda w: ConfigSpace.for_device(workload=w), 60.0, stop)
+    stop.set()  # Ctrl-C: `evaluate --live` sets it before asyncio waits for the thread
+    with pytest.raises(Cancelled):
+        run_fn("gemm", 64, Config(ranks=1, threads=1, tile=32))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import threading
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -304,7 +305,8 @@ async def _live(
     from ..measure import measurement_event
     from ..requests import RUN_REPEATS
 
-    run_fn = device_runs(stack.settings.home, model.space_for, stack.settings.max_run_s)
+    stop = threading.Event()
+    run_fn = device_runs(stack.settings.home, model.space_for, stack.settings.max_run_s, stop)
     loop = asyncio.get_running_loop()
     all_runs: list[LiveRun] = []
     done = 0
@@ -337,9 +339,15 @@ async def _live(
         flush=True,
         file=info,
     )
-    outcomes = await asyncio.to_thread(
-        run_live, model, rows, args.live, run_fn, seed=args.seed, on_session=record
-    )
+    try:
+        outcomes = await asyncio.to_thread(
+            run_live, model, rows, args.live, run_fn, seed=args.seed, on_session=record
+        )
+    except asyncio.CancelledError:
+        # Ctrl-C: the thread cannot be cancelled and asyncio.run waits for it; the launch that
+        # runs is stopped and no other starts, instead of running every remaining session
+        stop.set()
+        raise
     await stack.caught_up()
     return outcomes, all_runs
 

@@ -24,7 +24,7 @@ from hpc_ds1.space import ConfigSpace
 
 from . import policies as pol
 from .landscape import Cell, Point, build_cells, nearest_size, percentile
-from .run import _trained_best, _transfer_session
+from .run import _trained_best, _transfer_session, training_of
 from .truth import TRUTH_REPEATS, Key, TruePoint, split_passes, truth_points, within_noise
 
 RULES: dict[str, KeepRule] = {
@@ -339,9 +339,7 @@ def compare(
     re-runs), scored on the truth pass. With `simulate_sigma`, the sessions observe the truth
     pass through that noise instead of the observed pass (`simulated_cells`): what a steadier
     machine would show on the same landscapes."""
-    training = [
-        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
-    ]
+    training = training_of(model, measurements)
     cells = development_cells(model, measurements, final)
     if not cells:
         raise ValueError("no complete development cell in these measurements")

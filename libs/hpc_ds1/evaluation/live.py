@@ -4,15 +4,16 @@ A replayed session (policies.model_session on the observed pass) sees each confi
 observed median, and a race's re-run is modelled as a draw around that median: a replay cannot
 race out of the observed pass's luck, and it assumes the noise the observed pass measured. A
 live session is the coordinator's session fold with every run a real launch, as `tune` runs
-one (one warm-up, TUNE_REPEATS timed runs in one launch): a re-run is a new launch. Per cell,
-the model's session from its recommendation (where `tune` starts) and from N seeded random
-starts run live; each is scored on the truth pass beside the replay of the same start, so the
+one (one warm-up, requests.RUN_REPEATS timed runs in one launch): a re-run is a new launch.
+Per cell, the model's session from its recommendation (where `tune` starts) and from N seeded
+random starts run live; each is scored on the truth pass beside the replay of the same start, so the
 difference between the two is what the replay gets wrong on this machine."""
 
 from __future__ import annotations
 
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -60,9 +61,15 @@ class LiveMeasure:
         return pol.Run(result.runtime_s, result.spread, result.throughput)
 
 
-def device_runs(home: Path, space_for: Callable[[str], ConfigSpace], timeout_s: float) -> RunFn:
+def device_runs(
+    home: Path,
+    space_for: Callable[[str], ConfigSpace],
+    timeout_s: float,
+    cancel: threading.Event | None = None,
+) -> RunFn:
     """Real runs on this machine as `tune`'s agent makes them (RUN_REPEATS timed runs after a
-    warm-up, one launch), each under the home's device lock."""
+    warm-up, one launch), each under the home's device lock; once `cancel` is set, the launch
+    that runs is stopped and every later run raises devicelock.Cancelled."""
     from hpc_ds1.devicelock import device_lock
     from hpc_ds1.requests import RUN_REPEATS
     from hpc_ds1.runner import run
@@ -76,6 +83,7 @@ def device_runs(home: Path, space_for: Callable[[str], ConfigSpace], timeout_s: 
                 repeats=RUN_REPEATS,
                 space=space_for(workload),
                 timeout_s=timeout_s,
+                cancel=cancel,
             )
 
     return run_fn

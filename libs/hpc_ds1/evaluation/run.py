@@ -44,6 +44,11 @@ def _quiet(phase: str, done: int, total: int) -> None:
     return None
 
 
+def training_of(model: Model, measurements: Sequence[Measurement]) -> list[Measurement]:
+    """What `model` was trained on: the non-held-out measurements at its own training sizes."""
+    return [m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())]
+
+
 def check_honest(
     model: Model, held: Sequence[Measurement], training: Sequence[Measurement]
 ) -> None:
@@ -176,9 +181,7 @@ def evaluate(
     run for real on these cells (live.py), scored beside the replay of their starts."""
     started = time.perf_counter()
     thresholds = thresholds or model.thresholds
-    training = [
-        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
-    ]
+    training = training_of(model, measurements)
     cells, skipped, held = _cells(model, measurements, training)
     space_for = model.space_for
     transfer = relative_table(aggregate(training))
@@ -268,9 +271,7 @@ def truth_plan(
     """What the truth pass must measure: replay every policy on the observed pass (the same
     seeded replay `evaluate` makes), then every configuration within `near` of the observed
     best and every one a session ended on, the `live` ones included (truth.truth_configs)."""
-    training = [
-        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
-    ]
+    training = training_of(model, measurements)
     cells, _, _ = _cells(model, measurements, training)
     thresholds = thresholds or model.thresholds
     transfer = relative_table(aggregate(training))
@@ -303,9 +304,7 @@ def run_live(
     on_session: Callable[[pol.SessionOutcome, list[LiveRun]], None] | None = None,
 ) -> list[pol.SessionOutcome]:
     """The live sessions (live.py) on the held-out cells among `measurements`."""
-    training = [
-        m for m in measurements if not m.held_out and m.size in model.sizes.get(m.workload, ())
-    ]
+    training = training_of(model, measurements)
     cells, _, _ = _cells(model, measurements, training)
     return live_sessions(
         model,
