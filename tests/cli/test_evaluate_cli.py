@@ -33,6 +33,7 @@ def test_no_model_says_how_to_get_one(tmp_path: Path, capsys: pytest.CaptureFixt
         (["--repeats", "1"], "--repeats must be at least 2"),
         (["--live", "-1"], "--live -1: accepted is 0 to 20 starts per size"),
         (["--live", "2", "--no-measure"], "it cannot go with --no-measure or --no-truth"),
+        (["--separate-passes"], "--separate-passes only applies with --truth-all"),
     ],
 )
 def test_bad_input_is_refused_before_anything_runs(

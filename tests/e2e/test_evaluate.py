@@ -125,3 +125,41 @@ async def test_evaluate_measures_publishes_and_never_trains_on_held_out(
     )
     assert code == 0, err
     assert "Tuning sessions on held-out sizes" in out and "Targets" in out
+
+
+async def test_evaluate_truth_all_measures_each_size_in_one_window(
+    e2e_settings: Settings, trained: dict
+) -> None:
+    """--truth-all: a size's observed and truth passes share one window, its rounds
+    interleaved (tests/evaluation/test_measure_way.py), its live sessions inside it: recorded
+    after its observed pass is whole and before its truth pass is."""
+    size = 250_000  # between two trained sizes, and held out by no other test of this folder
+    code, out, err = await cli(
+        e2e_settings,
+        *("--sizes", f"montecarlo={size}", "--truth-all", "--live", "1"),
+        *("--no-guard", "--seed", "2", "--json"),
+    )
+    assert code == 0, err
+    results = json.loads(out)
+    assert results["measurement"]["passes"] == "one window per size"
+    assert "observed and truth passes: one window per size" in err
+    async with open_stack(e2e_settings, ("projector",), "e2e-eval-window") as stack:
+        m = tables.measurements
+        with stack.engine.connect() as conn:
+            seqs = {
+                purpose: [
+                    row.seq
+                    for row in conn.execute(
+                        select(m.c.seq).where(
+                            m.c.purpose == purpose, m.c.workload == "montecarlo", m.c.size == size
+                        )
+                    )
+                ]
+                for purpose in ("evaluate", "truth", "live")
+            }
+    configs = len(ConfigSpace.for_device(workload="montecarlo").configs())
+    # every configuration in both passes
+    assert len(seqs["evaluate"]) == len(seqs["truth"]) == configs
+    assert results["measurement"]["truth_runs_measured"] == configs
+    assert len(seqs["live"]) == results["live"]["runs"] > 0
+    assert max(seqs["evaluate"]) < min(seqs["live"]) and max(seqs["live"]) < min(seqs["truth"])

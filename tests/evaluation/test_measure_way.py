@@ -17,10 +17,12 @@ from hpc_ds1.runner.result import Status
 from hpc_ds1.setup import PROFILES
 from hpc_ds1.setup.interleave import (
     Interrupted,
+    Window,
     chunk_rng,
     combine,
     measure_interleaved,
     round_order,
+    window_schedule,
 )
 from hpc_ds1.setup.plan import PlannedJob
 from hpc_ds1.space import Config, ConfigSpace
@@ -151,3 +153,63 @@ def test_a_stop_set_during_a_launch_starts_no_other_launch() -> None:
     whole = Recorder()
     measure_interleaved(JOBS, random.Random(0), whole, threading.Event())
     assert len(whole.calls) == 3 * len({c.ranks for c in SPACE.configs()})
+
+
+TRUTH = [PlannedJob("gemm", 256, c, 5) for c in SPACE.configs()]
+
+
+def test_a_window_schedule_holds_every_round_of_both_passes() -> None:
+    before, after = window_schedule(("observed", 3), ("truth", 5), random.Random(1), split=True)
+    assert sorted(before) == ["observed"] * 3 + ["truth"] * 2 and after == ["truth"] * 3
+    whole, nothing = window_schedule(("observed", 3), ("truth", 5), random.Random(1), split=False)
+    assert sorted(whole) == ["observed"] * 3 + ["truth"] * 5 and nothing == []
+    orders = {
+        tuple(window_schedule(("o", 3), ("t", 5), random.Random(seed), split=False)[0])
+        for seed in range(20)
+    }
+    assert len(orders) > 1  # drawn, not fixed: the passes' rounds are mixed in time
+    again = window_schedule(("observed", 3), ("truth", 5), random.Random(1), split=False)
+    assert again == (whole, nothing)  # from the generator alone
+
+
+def test_two_passes_in_one_window_share_its_time() -> None:
+    """Under a load that drifts through the window, both passes' runs of a configuration
+    spread over the whole of it: neither pass sits in a stretch of its own."""
+    recorder = Recorder()
+    rng = random.Random(3)
+    window = Window({"observed": JOBS, "truth": TRUTH})
+    before, after = window_schedule(
+        ("observed", window.rounds("observed")), ("truth", window.rounds("truth")), rng, split=True
+    )
+    window.run_rounds(before, rng, recorder)
+    observed = window.results("observed")  # whole once `before` ran: 3 rounds
+    assert all(r.ok and r.repeats == 3 for r in observed)
+    window.run_rounds(after, rng, recorder)
+    truth = window.results("truth")
+    assert all(r.ok and r.repeats == 5 for r in truth)
+    per_round = len(SPACE.ranks)
+    assert len(recorder.calls) == 8 * per_round
+    # the truth pass brackets the observed one: some truth runs before its last observed run,
+    # and some after
+    for o, t in zip(observed, truth, strict=True):
+        assert min(t.runtimes_s) < max(o.runtimes_s) < max(t.runtimes_s)
+    assert window.seconds["observed"] >= 0.0 and window.seconds["truth"] >= 0.0
+    # the passes apart, as before: every truth run after every observed one
+    apart = Recorder()
+    observed_apart = measure_interleaved(JOBS, random.Random(3), apart)
+    truth_apart = measure_interleaved(TRUTH, random.Random(3), apart)
+    assert min(min(t.runtimes_s) for t in truth_apart) > max(
+        max(o.runtimes_s) for o in observed_apart
+    )
+
+
+def test_a_configuration_failed_in_one_pass_is_not_run_in_the_other() -> None:
+    bad = JOBS[2].config
+    recorder = Recorder(fail=bad)
+    window = Window({"observed": JOBS, "truth": TRUTH})
+    window.run_rounds(["truth", "observed", "truth"], random.Random(0), recorder)
+    assert sum(c == bad for call in recorder.calls for c in call) == 1
+    observed, truth = window.results("observed"), window.results("truth")
+    assert not observed[2].ok and not truth[2].ok  # the failure that stopped it, in both
+    assert observed[2].config == bad
+    assert all(r.ok for i, r in enumerate(observed + truth) if i % len(JOBS) != 2)

@@ -19,6 +19,8 @@ from hpc_ds1.evaluation.policies import (
 from hpc_ds1.evaluation.report import render_truth
 from hpc_ds1.evaluation.truth import (
     TruePoint,
+    pass_agreement,
+    rank_correlation,
     score_sessions,
     truth_configs,
     truth_points,
@@ -180,3 +182,43 @@ def test_the_summary_table_beside_the_observed_scores() -> None:
         assert s.pct_of_best == pytest.approx(100 * best / points[s.outcome.final].runtime_s)
     text = render_truth({**summary, "seed": 7})
     assert "Scored against the truth pass" in text and "exhaustive" in text
+    assert "the two passes agree" in text and summary["agreement"]["cells"] == 1
+
+
+def test_rank_correlation_is_spearmans_rho() -> None:
+    assert rank_correlation([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert rank_correlation([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert rank_correlation([1, 2, 3], [5, 5, 5]) is None  # constant: no order to agree on
+    # ties share their mean rank: [1, 2.5, 2.5, 4] against [1, 2, 3, 4]
+    assert rank_correlation([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833, rel=1e-6)
+
+
+def test_pass_agreement_sees_a_load_on_one_pass_only() -> None:
+    """The same noiseless landscape measured twice: identical passes agree exactly; a uniform
+    slowdown of the truth pass moves the level only; a slowdown of the configurations that use
+    both CPUs (another guest on the second CPU during one pass) reorders them."""
+    cell = observed_cell(0, sigma=0.0)
+    same = truth_points(truth_pass(0, CONFIGS, sigma=0.0))
+    agree = pass_agreement([cell], same)
+    assert agree["cells"] == 1 and agree["level_median"] == pytest.approx(1.0)
+    assert agree["disagreement_median"] == pytest.approx(0.0)
+    assert agree["rank_correlation_median"] == pytest.approx(1.0)
+    key = ("gemm", 1000)
+    slower = {key: {c: TruePoint(p.runtime_s * 1.2, p.spread) for c, p in same[key].items()}}
+    level = pass_agreement([cell], slower)
+    assert level["level_median"] == pytest.approx(1.2, abs=5e-5)
+    assert level["disagreement_median"] == pytest.approx(0.0, abs=1e-12)
+    assert level["rank_correlation_median"] == pytest.approx(1.0)
+    busy = {
+        key: {
+            c: TruePoint(p.runtime_s * (1.5 if c.ranks * c.threads == 2 else 1.0), p.spread)
+            for c, p in same[key].items()
+        }
+    }
+    share = sum(c.ranks * c.threads == 2 for c in CONFIGS) / len(CONFIGS)
+    assert 0.0 < share < 0.5  # the level stays at 1: ln 1.5 off it for that share
+    drifted = pass_agreement([cell], busy)
+    assert drifted["level_median"] == pytest.approx(1.0)
+    assert drifted["disagreement_median"] == pytest.approx(share * math.log(1.5), abs=5e-5)
+    assert drifted["rank_correlation_median"] < 1.0
+    assert pass_agreement([cell], {})["cells"] == 0  # nothing measured twice: nothing said

@@ -62,6 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--no-truth", action="store_true", help="skip the truth pass (observed scoring only)"
     )
     parser.add_argument(
+        "--separate-passes",
+        action="store_true",
+        help="with --truth-all: measure the truth pass after the observed pass and the live "
+        "sessions, as before 5 Dec 2026 (default: each size's two passes in one window, their "
+        "rounds interleaved, its live sessions inside it)",
+    )
+    parser.add_argument(
         "--no-measure",
         action="store_true",
         help="replay the held-out landscape already in the log; measure nothing",
@@ -107,6 +114,11 @@ def handle(args: argparse.Namespace) -> int:
         profile = replace(profile, truth_repeats=args.truth_repeats)
     if args.live < 0 or args.live > MAX_LIVE:
         raise UsageError(f"--live {args.live}: accepted is 0 to {MAX_LIVE} starts per size")
+    if args.separate_passes and not args.truth_all:
+        raise UsageError(
+            "--separate-passes only applies with --truth-all: without it the truth pass "
+            "measures what the sessions ended on, so it always comes after them"
+        )
     if args.live and (args.no_measure or args.no_truth):
         raise UsageError(
             "--live runs sessions for real and scores them on the truth pass: it cannot go "
@@ -177,7 +189,21 @@ async def _evaluate(
             file=info,
         )
         observed_report = truth_report = None
-        if not args.no_measure:
+        live: list[Any] = []
+        live_runs: list[Any] = []
+        # --truth-all knows the truth pass's configurations before any session ends, so each
+        # size's two passes (and its live sessions) can share one window of time
+        windows = args.truth_all and not (args.no_truth or args.no_measure or args.separate_passes)
+        if windows:
+            live_sessions = (
+                _LiveSessions(stack, device_id, model, args, info) if args.live else None
+            )
+            observed_report, truth_report = await _measure_windows(
+                stack, device_id, chunks, eval_profile.truth_repeats, info, args.seed, live_sessions
+            )
+            if live_sessions is not None:
+                live, live_runs = live_sessions.outcomes, live_sessions.runs
+        elif not args.no_measure:
             observed_report = await _measure(stack, device_id, chunks, info, "evaluate", args.seed)
         await stack.caught_up()
         wanted = {(j.workload, j.size) for c in chunks for j in c}
@@ -199,11 +225,11 @@ async def _evaluate(
                 bar.update(done - bar.n)
 
             try:
-                live: list[Any] = []
-                live_runs: list[Any] = []
-                if args.live:
-                    live, live_runs = await _live(stack, device_id, model, rows, args, info)
-                if not args.no_truth:
+                if args.live and not windows:
+                    live_sessions = _LiveSessions(stack, device_id, model, args, info)
+                    await live_sessions.run(rows)
+                    live, live_runs = live_sessions.outcomes, live_sessions.runs
+                if not args.no_truth and not windows:
                     plan = await asyncio.to_thread(
                         truth_plan,
                         model,
@@ -253,7 +279,14 @@ async def _evaluate(
         results["held_out_set"] = "final" if args.final else "development"
         results["measurement"] = {
             "order": "interleaved rounds, seeded random order (ranks blocks, then "
-            "configurations, shuffled every round)",
+            "configurations, shuffled every round)"
+            + (
+                "; each size's observed and truth rounds in one window, interleaved"
+                + (", its live sessions inside it" if args.live else "")
+                if windows
+                else ""
+            ),
+            "passes": "one window per size" if windows else "apart",
             "observed_repeats": eval_profile.repeats,
             "observed_runs_measured": observed_report.measured if observed_report else 0,
             "observed_seconds": round(observed_report.seconds, 1) if observed_report else None,
@@ -294,62 +327,137 @@ async def _measure(
     return report
 
 
-async def _live(
-    stack: Any, device_id: str, model: Any, rows: list[Any], args: argparse.Namespace, info: TextIO
-) -> tuple[list[Any], list[Any]]:
-    """The live sessions (evaluation/live.py), each run recorded as a held-out measurement of
-    purpose "live" (which neither training nor the observed pass reads)."""
-    from ..evaluation.live import LiveRun, device_runs
-    from ..evaluation.run import run_live
-    from ..events import envelope
-    from ..measure import measurement_event
-    from ..requests import RUN_REPEATS
+async def _measure_windows(
+    stack: Any,
+    device_id: str,
+    chunks: list[Any],
+    truth_repeats: int,
+    info: TextIO,
+    seed: int,
+    live: _LiveSessions | None,
+) -> tuple[Any, Any]:
+    """Both passes, one window per held-out size (setup.campaign.measure_windows); with `live`,
+    the size's live sessions run inside its window, after its observed pass."""
+    from ..setup import Campaign
+    from ..setup.campaign import measure_windows
 
-    stop = threading.Event()
-    run_fn = device_runs(stack.settings.home, model.space_for, stack.settings.max_run_s, stop)
-    loop = asyncio.get_running_loop()
-    all_runs: list[LiveRun] = []
-    done = 0
+    observed = Campaign(stack, device_id, purpose="evaluate", held_out=True, seed=seed)
+    truth = Campaign(stack, device_id, purpose="truth", held_out=True, seed=seed)
+    print(
+        f"observed and truth passes: one window per size, their rounds interleaved "
+        f"({truth_repeats} truth repeats, every configuration), seed {seed}"
+        + ("; each size's live sessions inside its window" if live else ""),
+        flush=True,
+        file=info,
+    )
 
-    def record(outcome: Any, runs: list[LiveRun]) -> None:
-        nonlocal done
-        done += 1
-        all_runs.extend(runs)
-        envelopes = [
-            envelope(
-                measurement_event(r.result, device_id, "live", held_out=True),
-                actor="evaluate",
-                source="evaluate",
-                prefix=stack.settings.subject_prefix,
-            )
-            for r in runs
-        ]
-        asyncio.run_coroutine_threadsafe(stack.bus.publish_many(envelopes), loop).result()
+    async def between(workload: str, size: int) -> None:
+        assert live is not None
+        await stack.caught_up()
+        rows, _ = await asyncio.to_thread(_load, stack.engine, device_id, {(workload, size)})
+        await live.run(rows)
+
+    with tqdm(
+        total=2 * sum(len(c) for c in chunks),
+        unit="run",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=not show_progress(),
+    ) as bar:
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.set_description(label)
+            bar.update(done - bar.n)
+
+        reports = await measure_windows(
+            observed, truth, chunks, truth_repeats, progress, between if live else None
+        )
+    for purpose, report in zip(("evaluate", "truth"), reports, strict=True):
         print(
-            f"live session {done}: {outcome.workload} {outcome.size} {outcome.policy} from "
-            f"{outcome.start.label()} -> {outcome.final.label()} in {outcome.runs} runs, "
-            f"{outcome.cost_s:.1f} s ({outcome.finish})",
+            f"measured {report.measured} held-out runs ({purpose}) in {report.seconds:.0f} s "
+            f"({report.skipped} already in the log; by status {report.by_status})",
+            flush=True,
+            file=info,
+        )
+    return reports
+
+
+class _LiveSessions:
+    """The live sessions (evaluation/live.py), each run recorded as a held-out measurement of
+    purpose "live" (which neither training nor the observed pass reads); `run` takes the
+    sessions of every held-out size among its rows, and may be called once per size."""
+
+    def __init__(
+        self, stack: Any, device_id: str, model: Any, args: argparse.Namespace, info: TextIO
+    ) -> None:
+        from ..evaluation.live import device_runs
+        from ..requests import RUN_REPEATS
+
+        self.stack, self.device_id, self.model, self.args, self.info = (
+            stack,
+            device_id,
+            model,
+            args,
+            info,
+        )
+        self.stop = threading.Event()
+        self.run_fn = device_runs(
+            stack.settings.home, model.space_for, stack.settings.max_run_s, self.stop
+        )
+        self.outcomes: list[Any] = []
+        self.runs: list[Any] = []
+        print(
+            f"\nlive sessions: from the recommendation and {args.live} seeded starts per size, "
+            f"every run real ({RUN_REPEATS} timed repeats after a warm-up, as `tune`)",
             flush=True,
             file=info,
         )
 
-    print(
-        f"\nlive sessions: from the recommendation and {args.live} seeded starts per size, "
-        f"every run real ({RUN_REPEATS} timed repeats after a warm-up, as `tune`)",
-        flush=True,
-        file=info,
-    )
-    try:
-        outcomes = await asyncio.to_thread(
-            run_live, model, rows, args.live, run_fn, seed=args.seed, on_session=record
-        )
-    except asyncio.CancelledError:
-        # Ctrl-C: the thread cannot be cancelled and asyncio.run waits for it; the launch that
-        # runs is stopped and no other starts, instead of running every remaining session
-        stop.set()
-        raise
-    await stack.caught_up()
-    return outcomes, all_runs
+    async def run(self, rows: list[Any]) -> None:
+        from ..evaluation.run import run_live
+        from ..events import envelope
+        from ..measure import measurement_event
+
+        loop = asyncio.get_running_loop()
+
+        def record(outcome: Any, runs: list[Any]) -> None:
+            self.runs.extend(runs)
+            envelopes = [
+                envelope(
+                    measurement_event(r.result, self.device_id, "live", held_out=True),
+                    actor="evaluate",
+                    source="evaluate",
+                    prefix=self.stack.settings.subject_prefix,
+                )
+                for r in runs
+            ]
+            asyncio.run_coroutine_threadsafe(self.stack.bus.publish_many(envelopes), loop).result()
+            print(
+                f"live session {len(self.outcomes) + 1}: {outcome.workload} {outcome.size} "
+                f"{outcome.policy} from {outcome.start.label()} -> {outcome.final.label()} in "
+                f"{outcome.runs} runs, {outcome.cost_s:.1f} s ({outcome.finish})",
+                flush=True,
+                file=self.info,
+            )
+            self.outcomes.append(outcome)
+
+        try:
+            await asyncio.to_thread(
+                run_live,
+                self.model,
+                rows,
+                self.args.live,
+                self.run_fn,
+                seed=self.args.seed,
+                on_session=record,
+            )
+        except asyncio.CancelledError:
+            # Ctrl-C: the thread cannot be cancelled and asyncio.run waits for it; the launch
+            # that runs is stopped and no other starts, instead of running every remaining
+            # session
+            self.stop.set()
+            raise
+        await self.stack.caught_up()
 
 
 def _load(

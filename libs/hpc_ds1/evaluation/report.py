@@ -161,6 +161,16 @@ def render_truth(t: dict[str, Any]) -> str:
         f"below 100 % at {x['cells_below_100']} of {x['cells']} sizes (min {x['pct_min']} %)"
     )
     parts = [head, body, check, f"within noise: {t['noise']}"]
+    a = t.get("agreement") or {}
+    if a.get("cells"):
+        parts.append(
+            f"the two passes agree: truth / observed median {a['level_median']} (per size "
+            f"{a['level_range'][0]}-{a['level_range'][1]}), beyond it "
+            f"{_pct(a['disagreement_median'])} at the median size (max "
+            f"{_pct(a['disagreement_max'])}), rank correlation median "
+            f"{a['rank_correlation_median']} (min {a['rank_correlation_min']}), "
+            f"{a['cells']} sizes"
+        )
     if t.get("system1"):
         parts.append("System 1 on the truth pass (0 runs), true % of best:")
         parts += [

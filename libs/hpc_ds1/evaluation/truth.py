@@ -228,6 +228,67 @@ def exhaustive_check(scores: Sequence[TrueScore]) -> dict[str, Any]:
     }
 
 
+def _ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):  # ties share their mean rank
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2.0
+        i = j + 1
+    return ranks
+
+
+def rank_correlation(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rho of two equally long samples; None where either is constant."""
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    den = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return num / den if den > 0 else None
+
+
+def pass_agreement(
+    cells: Sequence[Cell], truth: Mapping[Key, Mapping[Config, TruePoint]]
+) -> dict[str, Any]:
+    """How far the truth pass agrees with the observed pass, per (workload, size), over the
+    configurations both measured: the level (median of truth / observed: a load on one pass
+    only moves it away from 1), the disagreement beyond that level (the mean of |ln(truth /
+    observed) - its median|: a load on some configurations of one pass, which reorders them,
+    raises it; noise alone makes some) and the
+    rank correlation of the two passes' medians. Passes taken apart in time disagree more when
+    the machine's load changes between them, which evaluate's windows are there to avoid."""
+    levels, beyond, rhos = [], [], []
+    for cell in cells:
+        points = truth.get((cell.workload, cell.size), {})
+        both = [c for c in cell.points if c in points]
+        if len(both) < 3:
+            continue
+        logs = [math.log(points[c].runtime_s / cell.points[c].runtime_s) for c in both]
+        level = statistics.median(logs)
+        levels.append(math.exp(level))
+        beyond.append(statistics.fmean(abs(x - level) for x in logs))
+        rho = rank_correlation(
+            [cell.points[c].runtime_s for c in both], [points[c].runtime_s for c in both]
+        )
+        if rho is not None:
+            rhos.append(rho)
+    if not levels:
+        return {"cells": 0}
+    return {
+        "cells": len(levels),
+        "level_median": _r(statistics.median(levels), 4),
+        "level_range": [_r(min(levels), 4), _r(max(levels), 4)],
+        "disagreement_median": _r(statistics.median(beyond), 4),
+        "disagreement_max": _r(max(beyond), 4),
+        "rank_correlation_median": _r(statistics.median(rhos), 4) if rhos else None,
+        "rank_correlation_min": _r(min(rhos), 4) if rhos else None,
+    }
+
+
 def truth_summary(
     cells: Sequence[Cell],
     outcomes: Sequence[SessionOutcome],
@@ -284,6 +345,7 @@ def truth_summary(
             f"{session_repeats} repeats), in seconds",
             "table": truth_table(scores),
             "exhaustive_check": exhaustive_check(scores),
+            "agreement": pass_agreement(cells, truth),
             "per_size": per_size,
         },
         scores,

@@ -5,10 +5,11 @@ A chunk's repeats are taken in interleaved rounds, in a seeded random order (int
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 
@@ -19,10 +20,11 @@ from hpc_ds1.measure import config_key, measurement_event
 from hpc_ds1.runner import RunResult
 from hpc_ds1.stack import Stack
 
-from .interleave import chunk_rng, measure_interleaved, run_jobs
+from .interleave import Window, chunk_rng, measure_interleaved, run_jobs, window_schedule
 from .plan import PlannedJob
 
 Progress = Callable[[int, int, str], None]  # done, total, label
+Between = Callable[[str, int], Awaitable[None]]  # work between a window's parts: workload, size
 
 
 def setup_measurement_id(device_id: str, job: PlannedJob, purpose: str = "setup") -> str:
@@ -101,16 +103,17 @@ class Campaign:
                 stop.set()
                 raise
             await self._record(todo, results)
-            for result in results:
-                report.by_status[result.status.value] = (
-                    report.by_status.get(result.status.value, 0) + 1
-                )
-            report.measured += len(results)
-            report.failed += sum(1 for r in results if not r.ok)
+            self._count(report, results)
             done += len(todo)
             progress(done, report.planned, label)
         report.seconds = time.monotonic() - started
         return report
+
+    def _count(self, report: CampaignReport, results: Sequence[RunResult]) -> None:
+        for result in results:
+            report.by_status[result.status.value] = report.by_status.get(result.status.value, 0) + 1
+        report.measured += len(results)
+        report.failed += sum(1 for r in results if not r.ok)
 
     def _measure(self, jobs: Sequence[PlannedJob], stop: threading.Event) -> list[RunResult]:
         rng = chunk_rng(self.seed, self.purpose, jobs[0].workload, jobs[0].size)
@@ -130,3 +133,88 @@ class Campaign:
             )
             for j, r in zip(jobs, results, strict=True)
         )
+
+
+async def measure_windows(
+    first: Campaign,
+    second: Campaign,
+    chunks: Sequence[Sequence[PlannedJob]],
+    second_repeats: int,
+    progress: Progress,
+    between: Between | None = None,
+) -> tuple[CampaignReport, CampaignReport]:
+    """Two passes over every chunk's configurations (`first`'s jobs as planned, `second`'s
+    with `second_repeats`), one chunk at a time, each chunk's rounds of both passes interleaved
+    in one window (interleave.window_schedule, drawn from the seed and the chunk): a load that
+    comes and goes falls on both passes alike. With `between`, it runs for every chunk once
+    `first`'s pass of it is recorded, and half of `second`'s rounds come after it. Each pass is
+    recorded under its own campaign's purpose; what the log already holds is skipped, as in
+    Campaign.run (an interrupted window records `first`'s pass once it is whole, and measures
+    the rest again)."""
+    await first.stack.caught_up()
+    done_first = await asyncio.to_thread(first.already_measured)
+    done_second = await asyncio.to_thread(second.already_measured)
+    reports = (CampaignReport(), CampaignReport())
+    total = sum(len(c) for c in chunks) * 2
+    done = 0
+    for chunk in chunks:
+        jobs = {
+            "first": [j for j in chunk if first.measurement_id(j) not in done_first],
+            "second": [
+                again
+                for again in (replace(j, repeats=second_repeats) for j in chunk)
+                if second.measurement_id(again) not in done_second
+            ],
+        }
+        for report, label in zip(reports, jobs, strict=True):
+            report.planned += len(chunk)
+            report.skipped += len(chunk) - len(jobs[label])
+        done += 2 * len(chunk) - len(jobs["first"]) - len(jobs["second"])
+        workload, size = chunk[0].workload, chunk[0].size
+        label = f"{workload} {size}"
+        progress(done, total, label)
+        window = Window(jobs)
+        rng = chunk_rng(first.seed, f"{first.purpose}+{second.purpose}", workload, size)
+        before, after = window_schedule(
+            ("first", window.rounds("first")),
+            ("second", window.rounds("second")),
+            rng,
+            split=between is not None,
+        )
+        await _window_part(first, window, before, rng)
+        if jobs["first"]:
+            results = window.results("first")
+            await first._record(jobs["first"], results)
+            first._count(reports[0], results)
+        done += len(jobs["first"])
+        progress(done, total, label)
+        if between is not None:
+            await between(workload, size)
+        await _window_part(second, window, after, rng)
+        if jobs["second"]:
+            results = window.results("second")
+            await second._record(jobs["second"], results)
+            second._count(reports[1], results)
+        done += len(jobs["second"])
+        progress(done, total, label)
+        for report, label in zip(reports, jobs, strict=True):
+            report.seconds += window.seconds[label]
+    return reports
+
+
+async def _window_part(
+    campaign: Campaign, window: Window, labels: Sequence[str], rng: random.Random
+) -> None:
+    if not labels:
+        return
+    stop = threading.Event()
+
+    def measure() -> None:
+        with device_lock(campaign.stack.settings.home):
+            window.run_rounds(labels, rng, run_jobs(campaign.timeout_s, stop), stop)
+
+    try:
+        await asyncio.to_thread(measure)
+    except asyncio.CancelledError:
+        stop.set()  # as Campaign.run: the launch that runs is killed, no other starts
+        raise
