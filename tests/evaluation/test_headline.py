@@ -107,6 +107,25 @@ def test_the_targets_read_the_truth_pass_and_say_met_or_missed() -> None:
     assert rows["held-out decisions that run automatically"]["value"] == pytest.approx(0.4)
     assert rows["automatic decisions not slower"]["met"] is True
     assert rows["calibration error (ECE) on not slower"]["met"] is False
+    assert not any(name.startswith("live") for name in rows)  # no live sessions, no live rows
+
+
+def test_live_sessions_get_the_session_targets_of_their_own() -> None:
+    seeded = {"sessions": 32, "pct_median": 97.5, "pct_p10": 91.0, "runs_median": 4.5}
+    live = {
+        "table": [
+            {"policy": "model_recommend_live", "live": {**seeded, "pct_p10": 99.0}},
+            {"policy": "model_live", "live": seeded},
+        ]
+    }
+    rows = {r["target"]: r for r in truth_targets({**results(), "live": live})}
+    name = "live model sessions (32, seeded starts, every run real)"
+    assert rows[f"{name}: true median % of best"]["met"] is True
+    assert rows[f"{name}: true 10th percentile % of best"]["value"] == 91.0  # the seeded row's
+    assert rows[f"{name}: true 10th percentile % of best"]["met"] is False
+    assert rows[f"{name}: median real runs"]["met"] is True
+    # the replayed rows are still there, beside them
+    assert rows["model sessions: median real runs"]["value"] == 4
 
 
 def test_a_config_label_is_what_matches_a_pick_to_the_truth() -> None:

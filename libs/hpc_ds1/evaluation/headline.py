@@ -121,6 +121,23 @@ def target_row(name: str, value: Any, op: str, goal: Any) -> dict[str, Any]:
     return {"target": name, "value": value, "goal": f"{op} {goal}", "met": met}
 
 
+def live_targets(live: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The session targets again for the sessions `evaluate --live` ran for real from its
+    seeded starts (every run a launch, as `tune` makes it), where there are any: what a user
+    gets, where the replayed rows model each run from the observed pass."""
+    seeded = next(
+        (r["live"] for r in (live or {}).get("table", []) if r["policy"] == "model_live"), None
+    )
+    if seeded is None:
+        return []
+    name = f"live model sessions ({seeded['sessions']}, seeded starts, every run real)"
+    return [
+        target_row(f"{name}: true median % of best", seeded["pct_median"], ">=", 97.0),
+        target_row(f"{name}: true 10th percentile % of best", seeded["pct_p10"], ">=", 92.0),
+        target_row(f"{name}: median real runs", seeded["runs_median"], "<=", 5),
+    ]
+
+
 def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Issue 13's table, each figure from the truth pass (System 1 too); the guard's rows are
     the caller's."""
@@ -141,6 +158,7 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         ),
         target_row("model sessions: median real runs", model.get("runs_median"), "<=", 5),
     ]
+    rows += live_targets(results.get("live"))
     for other in ("random", "optuna_tpe"):
         against = truth.get("versus", {}).get(other)
         rows.append(
