@@ -136,12 +136,14 @@ async def test_evaluate_truth_all_measures_each_size_in_one_window(
     size = 250_000  # between two trained sizes, and held out by no other test of this folder
     code, out, err = await cli(
         e2e_settings,
-        *("--sizes", f"montecarlo={size}", "--truth-all", "--live", "1"),
+        *("--workload", "montecarlo", "--sizes", f"montecarlo={size}"),
+        *("--truth-all", "--live", "1"),
         *("--no-guard", "--seed", "2", "--json"),
     )
     assert code == 0, err
     results = json.loads(out)
     assert results["measurement"]["passes"] == "one window per size"
+    assert results["landscape"]["sizes"] == {"montecarlo": [size]}
     assert "observed and truth passes: one window per size" in err
     async with open_stack(e2e_settings, ("projector",), "e2e-eval-window") as stack:
         m = tables.measurements
