@@ -6,14 +6,17 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from .. import log
 from ..settings import Settings
 from . import UsageError
+
+T = TypeVar("T")
+Progress = Callable[[int, int, str], None]  # done, total, label
 
 
 def load_settings(quiet: bool = False, attach: bool = True, **overrides: Any) -> Settings:
@@ -83,12 +86,12 @@ def show_progress() -> bool:
     return sys.stderr.isatty()
 
 
-async def run_campaign(campaign: Any, chunks: Sequence[Sequence[Any]]) -> Any:
-    """A measurement campaign (hpc_ds1.setup.Campaign) under a progress bar on stderr."""
+async def with_run_progress(total: int, work: Callable[[Progress], Awaitable[T]]) -> T:
+    """`work` given a progress callback (done, total, label) that drives a bar on stderr."""
     from tqdm import tqdm
 
     with tqdm(
-        total=sum(len(c) for c in chunks),
+        total=total,
         unit="run",
         file=sys.stderr,
         dynamic_ncols=True,
@@ -99,4 +102,9 @@ async def run_campaign(campaign: Any, chunks: Sequence[Sequence[Any]]) -> Any:
             bar.set_description(label or "skipping measured")
             bar.update(done - bar.n)
 
-        return await campaign.run(chunks, progress)
+        return await work(progress)
+
+
+async def run_campaign(campaign: Any, chunks: Sequence[Sequence[Any]]) -> Any:
+    """A measurement campaign (hpc_ds1.setup.Campaign) under a progress bar on stderr."""
+    return await with_run_progress(sum(len(c) for c in chunks), lambda p: campaign.run(chunks, p))

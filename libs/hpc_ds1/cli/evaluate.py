@@ -15,7 +15,13 @@ from tqdm import tqdm
 
 from ..settings import Settings
 from . import CommandFailed, PreconditionError, UsageError
-from .common import add_home_argument, load_settings, run_campaign, show_progress
+from .common import (
+    add_home_argument,
+    load_settings,
+    run_campaign,
+    show_progress,
+    with_run_progress,
+)
 
 MAX_LIVE = 20  # live starts per held-out size: each session is several real launches
 
@@ -357,21 +363,12 @@ async def _measure_windows(
         rows, _ = await asyncio.to_thread(_load, stack.engine, device_id, {(workload, size)})
         await live.run(rows)
 
-    with tqdm(
-        total=2 * sum(len(c) for c in chunks),
-        unit="run",
-        file=sys.stderr,
-        dynamic_ncols=True,
-        disable=not show_progress(),
-    ) as bar:
-
-        def progress(done: int, total: int, label: str) -> None:
-            bar.set_description(label)
-            bar.update(done - bar.n)
-
-        reports = await measure_windows(
+    reports = await with_run_progress(
+        2 * sum(len(c) for c in chunks),
+        lambda progress: measure_windows(
             observed, truth, chunks, truth_repeats, progress, between if live else None
-        )
+        ),
+    )
     for purpose, report in zip(("evaluate", "truth"), reports, strict=True):
         print(
             f"measured {report.measured} held-out runs ({purpose}) in {report.seconds:.0f} s "

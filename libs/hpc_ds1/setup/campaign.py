@@ -181,22 +181,18 @@ async def measure_windows(
             rng,
             split=between is not None,
         )
-        await _window_part(first, window, before, rng)
-        if jobs["first"]:
-            results = window.results("first")
-            await first._record(jobs["first"], results)
-            first._count(reports[0], results)
-        done += len(jobs["first"])
-        progress(done, total, label)
-        if between is not None:
-            await between(workload, size)
-        await _window_part(second, window, after, rng)
-        if jobs["second"]:
-            results = window.results("second")
-            await second._record(jobs["second"], results)
-            second._count(reports[1], results)
-        done += len(jobs["second"])
-        progress(done, total, label)
+        for part, (campaign, report, name) in enumerate(
+            zip((first, second), reports, jobs, strict=True)
+        ):
+            await _window_part(campaign, window, before if part == 0 else after, rng)
+            if jobs[name]:  # the pass is whole: recorded before anything else runs
+                results = window.results(name)
+                await campaign._record(jobs[name], results)
+                campaign._count(report, results)
+            done += len(jobs[name])
+            progress(done, total, label)
+            if part == 0 and between is not None:
+                await between(workload, size)
         for report, label in zip(reports, jobs, strict=True):
             report.seconds += window.seconds[label]
     return reports
