@@ -390,13 +390,11 @@ class _LiveSessions:
         from ..evaluation.live import device_runs
         from ..requests import RUN_REPEATS
 
-        self.stack, self.device_id, self.model, self.args, self.info = (
-            stack,
-            device_id,
-            model,
-            args,
-            info,
-        )
+        self.stack = stack
+        self.device_id = device_id
+        self.model = model
+        self.args = args
+        self.info = info
         self.stop = threading.Event()
         self.run_fn = device_runs(
             stack.settings.home, model.space_for, stack.settings.max_run_s, self.stop

@@ -258,9 +258,9 @@ def pass_agreement(
     configurations both measured: the level (median of truth / observed: a load on one pass
     only moves it away from 1), the disagreement beyond that level (the mean of |ln(truth /
     observed) - its median|: a load on some configurations of one pass, which reorders them,
-    raises it; noise alone makes some) and the
-    rank correlation of the two passes' medians. Passes taken apart in time disagree more when
-    the machine's load changes between them, which evaluate's windows are there to avoid."""
+    raises it; noise alone makes some) and the rank correlation of the two passes' medians.
+    Passes taken apart in time disagree more when the machine's load changes between them,
+    which evaluate's windows are there to avoid."""
     levels, beyond, rhos = [], [], []
     for cell in cells:
         points = truth.get((cell.workload, cell.size), {})
