@@ -24,7 +24,7 @@ from sklearn.ensemble import (
     RandomForestRegressor,
 )
 from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.pipeline import make_pipeline
+from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from hpc_ds1.model.relative import SizeRelative
@@ -78,7 +78,15 @@ def _raw(base: BaseEstimator, groups: Array) -> BaseEstimator:
 
 
 def _sigmoid(base: BaseEstimator, groups: Array) -> BaseEstimator:
-    return _calibrated(clone(base), groups)
+    base = clone(base)
+    if isinstance(base, Pipeline):
+        # The scaler stays outside the calibration. skl2onnx calibrates a calibrated
+        # pipeline's probabilities where scikit-learn calibrates its decision function, so that
+        # file computed another model (probabilities up to 0.58 apart); a calibrated final step
+        # converts exactly. Scaling is unsupervised, so fitting it on every row leaks nothing.
+        *before, (_, final) = base.steps
+        return Pipeline([*before, ("calibrated", _calibrated(final, groups))])
+    return _calibrated(base, groups)
 
 
 def regressor_candidates(seed: int) -> dict[str, Callable[[], BaseEstimator]]:

@@ -45,6 +45,26 @@ def _convert(estimator: Any, n_features: int, classifier: bool) -> onnx.ModelPro
     )
 
 
+# float32 arithmetic in the graph against float64 in scikit-learn: 1e-7 apart in practice
+CONVERSION_TOLERANCE = 1e-4
+
+
+def classifier_conversion_error(estimator: Any, X: Any) -> float:
+    """The largest difference between the probabilities of the classifier's ONNX conversion
+    and scikit-learn's on rows X. A converter that computes another model (skl2onnx did for a
+    calibrated pipeline) must never reach a model file."""
+    import onnxruntime as ort
+
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    converted = _convert(estimator, X.shape[1], True)
+    session = ort.InferenceSession(
+        converted.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    name = next(o.name for o in converted.graph.output if o.name.endswith("probabilities"))
+    onnx_proba = np.asarray(session.run([name], {INPUT: X})[0], dtype=np.float64)
+    return float(np.abs(onnx_proba - estimator.predict_proba(X)).max(initial=0.0))
+
+
 def _const(name: str, values: Any, dtype: Any = np.float32) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(values, dtype=dtype), name=name)
 

@@ -31,7 +31,7 @@ from hpc_ds1.model.calibration import (
 from hpc_ds1.model.guard import DISTANCE_MARGIN, DISTANCE_PERCENTILE, DistanceGuard
 from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_outcomes
 from hpc_ds1.model.labels import measured_space as _measured_space
-from hpc_ds1.model.onnx_graph import build
+from hpc_ds1.model.onnx_graph import CONVERSION_TOLERANCE, build, classifier_conversion_error
 from hpc_ds1.model.schema import Measurement
 from hpc_ds1.model.transfer import (
     Table,
@@ -645,13 +645,21 @@ def train(
     move_model = None
     for name in order:
         try:
-            move_model = _fit_classifier(name, X, y, groups, seed)
+            fitted = _fit_classifier(name, X, y, groups, seed)
         except ValueError as error:
             move_metrics.setdefault("final_fit_failed", {})[name] = str(error)
             continue
+        gap = classifier_conversion_error(fitted, X)
+        if not gap <= CONVERSION_TOLERANCE:
+            move_metrics.setdefault("final_fit_failed", {})[name] = (
+                f"its ONNX conversion differs from scikit-learn by {gap:.3g} in probability "
+                f"(accepted: {CONVERSION_TOLERANCE:g})"
+            )
+            continue
+        move_model = fitted
         if name != move_name:
             move_metrics["chosen"] = name
-            move_metrics["why"] += f"; {move_name} could not be fitted on all the data"
+            move_metrics["why"] += f"; {move_name} failed its final fit (final_fit_failed)"
             move_name = name
         break
     if move_model is None:
