@@ -1,9 +1,10 @@
-"""Every move-model candidate converts to ONNX exactly, and a candidate whose conversion would
-compute another model never reaches a model file (it is set aside, the next one is used)."""
+"""Every move-model and runtime-model candidate converts to ONNX exactly, and a move model whose
+conversion would compute another model never reaches a model file (the next one is used)."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.linear_model import LogisticRegression
@@ -13,7 +14,16 @@ from sklearn.preprocessing import StandardScaler
 from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.model import Measurement, Model, train, training
 from hpc_ds1.model import estimators as est
-from hpc_ds1.model.onnx_graph import CONVERSION_TOLERANCE, classifier_conversion_error
+from hpc_ds1.model import features as ft
+from hpc_ds1.model.guard import DistanceGuard
+from hpc_ds1.model.onnx_graph import (
+    CONFIGS,
+    CONVERSION_TOLERANCE,
+    INPUT,
+    RUNTIME,
+    build,
+    classifier_conversion_error,
+)
 from tests.model.test_model import training_states
 
 
@@ -71,3 +81,26 @@ def test_a_candidate_that_does_not_convert_is_set_aside_for_the_next(
     X = np.vstack([model.state_features(s) for s in training_states(measurements)])
     proba = model.raw(X)[0]
     assert np.abs(proba - trained.sklearn_outputs(X)[0]).max() < CONVERSION_TOLERANCE
+
+
+def runtime_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Six sizes (equal work columns within a size) of twenty configurations each; a log
+    runtime that grows with the work and depends on the configuration columns non-linearly."""
+    rng = np.random.default_rng(seed)
+    work = np.repeat(rng.uniform(4.0, 12.0, size=(6, ft.N_WORK)), 20, axis=0)
+    configs = np.tile(rng.integers(0, 4, size=(20, ft.N_BASE - ft.N_WORK)), (6, 1))
+    X = np.hstack([work, configs]).astype(np.float32)
+    y = 0.3 * work[:, 0] + 0.2 * (configs[:, 0] - 1.5) ** 2 - 0.1 * configs[:, 1] * work[:, 1]
+    return X, y + rng.normal(scale=0.02, size=len(y))
+
+
+@pytest.mark.parametrize("name", sorted(est.regressor_candidates(0)))
+def test_every_runtime_candidate_converts_to_the_same_runtimes(name: str) -> None:
+    X, y = runtime_rows()
+    regressor = est.regressor_candidates(0)[name]().fit(X, y)
+    classes = np.arange(len(X)) % 3
+    classifier = est.fit_quietly(est.classifier_candidates(0)["logistic"](classes), X, classes)
+    data = build(classifier, regressor, DistanceGuard.fit(X), X.shape[1], X.shape[1], {})
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    (runtime,) = session.run([RUNTIME], {INPUT: X, CONFIGS: X})
+    assert np.abs(runtime[:, 0] - regressor.predict(X)).max() < 1e-4  # log10 seconds
