@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,3 +42,39 @@ def test_bad_input_is_refused_before_anything_runs(
 ) -> None:
     assert main(["evaluate", "--home", str(home), *args]) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "planned"),
+    [
+        (["--sizes", "gemm=80"], {("gemm", 80)}),
+        (["--sizes", "80"], {("gemm", 80), ("stencil", 80)}),
+        (["--sizes", "gemm=80", "--workload", "stencil", "--workload", "gemm"], None),
+    ],
+)
+def test_sizes_by_name_evaluate_only_the_workloads_named(
+    home: Path,
+    args: list[str],
+    planned: set[tuple[str, int]] | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without --workload, "--sizes gemm=80" measures gemm 80 alone; with it, the workloads
+    --workload names, each at its --sizes or else its profile's held-out sizes."""
+    from hpc_ds1.cli import evaluate as cli_evaluate
+    from hpc_ds1.evaluation import EVAL_PROFILES
+    from hpc_ds1.workloads import get_workload
+
+    seen: list[set[tuple[str, int]]] = []
+
+    async def plan_only(
+        settings: object, args: object, model: object, profile: object, chunks: list[Any]
+    ) -> int:
+        seen.append({(job.workload, job.size) for chunk in chunks for job in chunk})
+        return 0
+
+    monkeypatch.setattr(cli_evaluate, "_evaluate", plan_only)
+    assert main(["evaluate", "--home", str(home), *args]) == 0
+    if planned is None:
+        stencil = EVAL_PROFILES["full"].sizes(get_workload("stencil"))
+        planned = {("gemm", 80), *(("stencil", s) for s in stencil)}
+    assert seen == [planned]
