@@ -4,7 +4,8 @@ home's log are replayed with every variant (evaluation/compare.py) and scored on
 The final held-out set is left out. Run:
 
     HPC_DS1_HOME=/tmp/home .venv/bin/python benchmarks/compare_policies.py [--seeds 0,1,2]
-        [--cache FILE] [--json] [--weight W] [--decide-share S] [--simulate-sigma S]
+        [--cache FILE] [--json] [--weight W] [--bandwidth H] [--decide-share S]
+        [--simulate-sigma S]
         [--only TEXT]
 
 after `hpc-ds1 setup --quick` and `hpc-ds1 evaluate --quick --truth-all` on that home.
@@ -79,6 +80,12 @@ def main() -> int:
         "instead of the model file's",
     )
     parser.add_argument(
+        "--bandwidth",
+        type=float,
+        help="replay with the transfer table smoothed at this bandwidth (ln size; 0: as "
+        "measured) instead of the model file's",
+    )
+    parser.add_argument(
         "--decide-share",
         type=float,
         help="replay with this share of the transfer weight in decide (0 to 1) instead of the "
@@ -111,6 +118,8 @@ def main() -> int:
             model = model.reweighted({"inside": args.weight, "outside": args.weight})
         if args.decide_share is not None:
             model = model.with_decide_share(args.decide_share)
+        if args.bandwidth is not None:
+            model = model.with_bandwidth(args.bandwidth)
     except ValueError as error:
         parser.error(str(error))
     if args.cache and args.cache.exists():
@@ -168,6 +177,12 @@ def main() -> int:
         print(
             f"  w={r['weight']:.1f}  median {r['true_pct_median']:6}  p10 {r['true_pct_p10']:6}  "
             f"mean {r['true_pct_mean']:6}  ({r['sizes']} sizes)"
+        )
+    print(f"\nrecommend at each bandwidth (the model carries {result['transfer_bandwidth']}):")
+    for r in result["system1_by_bandwidth"]:
+        print(
+            f"  h={r['bandwidth']:<4}  median {r['true_pct_median']:6}  p10 "
+            f"{r['true_pct_p10']:6}  mean {r['true_pct_mean']:6}  ({r['sizes']} sizes)"
         )
     return 0
 

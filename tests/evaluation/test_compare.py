@@ -11,6 +11,7 @@ from hpc_ds1.evaluation import Cell, Point
 from hpc_ds1.evaluation.compare import Variant, compare
 from hpc_ds1.evaluation.policies import model_session, rerun
 from hpc_ds1.model import Measurement, Model
+from hpc_ds1.model.transfer import BANDWIDTHS
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE
 from hpc_ds1.space import Config
 from tests.measured import HELD_OUT
@@ -56,6 +57,10 @@ def test_compare_replays_every_variant_on_the_same_cells_and_leaves_the_final_se
     assert [r["weight"] for r in by_weight] == [i / 10 for i in range(11)]
     for r in by_weight:
         assert r["sizes"] == 1 and 0 < r["true_pct_p10"] <= r["true_pct_median"] <= 100
+    by_bandwidth = first["system1_by_bandwidth"]
+    assert [r["bandwidth"] for r in by_bandwidth] == list(BANDWIDTHS)
+    assert all(r["sizes"] == 1 for r in by_bandwidth)
+    assert first["transfer_bandwidth"] in BANDWIDTHS
 
 
 def test_a_replayed_session_races_a_tie_and_counts_every_rerun(model: Model) -> None:

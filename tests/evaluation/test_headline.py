@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from hpc_ds1.evaluation.headline import system1_truth, truth_targets, versus
+from hpc_ds1.evaluation.headline import (
+    figure_interval,
+    system1_truth,
+    system1_versus,
+    truth_targets,
+    versus,
+)
 from hpc_ds1.evaluation.policies import SessionOutcome
 from hpc_ds1.evaluation.truth import TruePoint, TrueScore
 from hpc_ds1.space import Config, ConfigSpace
@@ -135,3 +141,108 @@ def test_a_config_label_is_what_matches_a_pick_to_the_truth() -> None:
         {"per_size": [{"workload": "gemm", "size": 5, "model": {"config": c.label()}}]}, truth
     )
     assert rows == [{"key": "model", "median": 100.0, "p10": 100.0, "scored": 1, "unscored": 0}]
+
+
+def s1_rows(picks: dict[str, list[Config]]) -> dict[str, Any]:
+    """System 1's per-size rows: approach -> its pick at sizes 0, 1, ..."""
+    sizes = len(next(iter(picks.values())))
+    return {
+        "per_size": [
+            {
+                "workload": "gemm",
+                "size": i,
+                **{k: {"config": v[i].label()} for k, v in picks.items()},
+            }
+            for i in range(sizes)
+        ]
+    }
+
+
+def test_system1_against_a_baseline_is_paired_by_size_with_noise_and_an_interval() -> None:
+    a, b, c = CONFIGS[:3]
+    # a is the best everywhere; b is 20 % slower (far beyond the 1 % spread); c is 0.5 % slower
+    # (within it)
+    truth = {
+        ("gemm", i): {a: TruePoint(1.0, 0.01), b: TruePoint(1.2, 0.01), c: TruePoint(1.005, 0.01)}
+        for i in range(10)
+    }
+    mine = [a] * 6 + [c] * 2 + [b] * 2
+    theirs = [a] * 6 + [b] * 2 + [a] * 2
+    v = system1_versus(
+        s1_rows({"model": mine, "nearest_trained": theirs}),
+        truth,
+        "model",
+        "nearest_trained",
+        seed=3,
+    )
+    assert v is not None and v["cells"] == 10
+    assert v["same_pick"] == 6
+    assert [(d["size"], d["model"], d["beyond_noise"]) for d in v["where_different"]] == [
+        (6, c.label(), True),
+        (7, c.label(), True),
+        (8, b.label(), True),
+        (9, b.label(), True),
+    ]
+    assert (v["ahead"], v["ahead_beyond_noise"]) == (2, 2)  # c against b: 19 % apart
+    assert (v["behind"], v["behind_beyond_noise"]) == (2, 2)  # b against a
+    assert v["median_difference"] == pytest.approx(0.0)  # 6 equal sizes hold the medians
+    low, high = v["median_interval"]
+    assert low <= 0.0 <= high
+    assert v == system1_versus(
+        s1_rows({"model": mine, "nearest_trained": theirs}),
+        truth,
+        "model",
+        "nearest_trained",
+        seed=3,
+    )  # seeded: deterministic
+    # a pick within the truth's noise of the other is not counted beyond it
+    within = system1_versus(
+        s1_rows({"model": [c] * 10, "rule_of_thumb": [a] * 10}), truth, "model", "rule_of_thumb"
+    )
+    assert within is not None and within["behind"] == 10 and within["behind_beyond_noise"] == 0
+    assert system1_versus(s1_rows({"model": mine}), truth, "model", "rule_of_thumb") is None
+
+
+def test_a_figure_interval_resamples_cells_and_holds_the_figure() -> None:
+    scores = []
+    for size in range(12):
+        scores += [score("model", size, 90.0 + size) for _ in range(4)]
+    f = figure_interval(scores, "model", seed=2)
+    assert f is not None and (f["cells"], f["sessions"]) == (12, 48)
+    assert f["median_interval"][0] <= f["median"] <= f["median_interval"][1]
+    assert f["p10_interval"][0] <= f["p10"] <= f["p10_interval"][1]
+    assert f["median_interval"][0] < f["median_interval"][1]  # the cells differ: a spread
+    same = [score("model", size, 97.0) for size in range(12)]
+    flat = figure_interval(same, "model")
+    assert flat is not None and flat["median_interval"] == [97.0, 97.0]
+    assert figure_interval(scores, "random") is None
+
+
+def test_the_target_rows_carry_the_intervals_where_there_are_some() -> None:
+    r = results()
+    r["truth"]["model_interval"] = {
+        "cells": 16,
+        "median_interval": [96.5, 99.0],
+        "p10_interval": [85.0, 93.0],
+    }
+    r["truth"]["system1_versus"] = {
+        "nearest_trained": {
+            "other": "nearest_trained",
+            "cells": 16,
+            "median_difference": -0.5,
+            "median_interval": [-1.5, 0.4],
+            "same_pick": 11,
+            "ahead": 2,
+            "ahead_beyond_noise": 0,
+            "behind": 3,
+            "behind_beyond_noise": 1,
+        }
+    }
+    rows = {row["target"]: row for row in truth_targets(r)}
+    assert rows["model sessions: true median % of best"]["note"] == (
+        "90% interval [96.5, 99.0] over 16 cells"
+    )
+    assert "[85.0, 93.0]" in rows["model sessions: true 10th percentile % of best"]["note"]
+    above = rows["System 1 above rule of thumb and nearest trained size (true median)"]
+    assert above["note"].startswith("nearest_trained: -0.5 [-1.5, +0.4], same pick at 11 of 16")
+    assert "note" not in rows["model sessions: median real runs"]

@@ -159,22 +159,26 @@ def test_the_model_file_carries_the_trained_sizes_relative_runtimes(
                 assert model.transfer[w][s][c] == pytest.approx(v, abs=1e-5)
     info = trained.metrics["transfer"]
     assert set(info["weight"]) == {"inside", "outside"}
+    assert model.transfer_bandwidth == info["smoothing"]["bandwidth"]  # chosen, then carried
     assert all(0.0 <= v <= 1.0 for v in info["weight"].values())
 
 
-@pytest.mark.parametrize("weight", [0.3, 1.0])
+@pytest.mark.parametrize(("weight", "bandwidth"), [(0.3, 0.0), (1.0, 0.0), (1.0, 0.3)])
 def test_recommend_blends_the_prior_with_the_chosen_weight(
-    trained: TrainedModel, weight: float
+    trained: TrainedModel, weight: float, bandwidth: float
 ) -> None:
     def set_weight(meta: dict[str, Any]) -> None:
         meta["transfer"]["weight"] = {"inside": weight, "outside": weight}
+        meta["transfer"]["bandwidth"] = bandwidth
 
     model = Model.from_onnx(edited(trained.to_onnx(), set_weight))
+    assert model.transfer_bandwidth == bandwidth
     for workload, size in (("gemm", 80), ("stencil", 14), ("gemm", 200)):
         space = model.space_for(workload)
         configs = space.configs()
         runtimes, _ = model.predict_runtimes(workload, size, configs)
-        prior = {c: v / LN10 for c, v in predict(model.transfer, workload, size).items()}
+        rel = predict(model.transfer, workload, size, bandwidth=bandwidth)
+        prior = {c: v / LN10 for c, v in rel.items()}
         logs = blend_logs(
             {c: math.log10(r) for c, r in zip(configs, runtimes, strict=True)}, prior, weight
         )
@@ -183,7 +187,9 @@ def test_recommend_blends_the_prior_with_the_chosen_weight(
         assert rec.config == best
         assert rec.predicted_runtime_s == pytest.approx(10.0 ** logs[best], rel=1e-6)
         if weight == 1.0 and set(configs) <= set(prior):
-            assert rec.config == pick(model.transfer, workload, size, allowed=configs)
+            assert rec.config == pick(
+                model.transfer, workload, size, allowed=configs, bandwidth=bandwidth
+            )
 
 
 def test_a_reweighted_model_recommends_as_a_file_carrying_that_weight(

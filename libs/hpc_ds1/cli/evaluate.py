@@ -318,6 +318,8 @@ async def _evaluate(
     for t in results["targets"]:
         verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         print(f"  {verdict:7} {t['target']}: {t['value']} (goal {t['goal']})")
+        if t.get("note"):
+            print(f"          {t['note']}")
     print(f"\nevaluation {evaluation_id} · plot {plot} · {results['seconds']:.0f} s of replay")
     return 0
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_ds1.model import Measurement, Model, aggregate
-from hpc_ds1.model.transfer import WEIGHTS, Table, pick, relative_table
+from hpc_ds1.model.transfer import BANDWIDTHS, WEIGHTS, Table, pick, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
 from hpc_ds1.services.coordinator.domain import PICK_MIN_GAIN
 from hpc_ds1.space import ConfigSpace
@@ -324,6 +324,24 @@ def system1_by_weight(
     return rows
 
 
+def system1_by_bandwidth(
+    model: Model, cells: Sequence[Cell], truth: Mapping[Key, Mapping[Any, TruePoint]]
+) -> list[dict[str, Any]]:
+    """The model's `recommend` with the transfer table smoothed at every bandwidth of
+    BANDWIDTHS (the model file's weights), scored on the truth pass: what a development step
+    looks at to judge the smoothing the model file carries."""
+    rows = []
+    for bandwidth in BANDWIDTHS:
+        variant = model.with_bandwidth(bandwidth)
+        got = []
+        for cell, points, best, space in _truth_cells(model, cells, truth):
+            config = variant.recommend(cell.workload, cell.size, space=space).config
+            got.append(_pick_pct(cell, points, best, config))
+        if got:
+            rows.append({"bandwidth": bandwidth, **_summary(got)})
+    return rows
+
+
 def compare(
     model: Model,
     measurements: Sequence[Measurement],
@@ -374,7 +392,9 @@ def compare(
         "difference_from_first": differences,
         "system1": _system1(model, cells, training, transfer, truth),
         "system1_by_weight": system1_by_weight(model, cells, truth),
+        "system1_by_bandwidth": system1_by_bandwidth(model, cells, truth),
         "transfer_weights": model.transfer_weights,
+        "transfer_bandwidth": model.transfer_bandwidth,
     }
 
 

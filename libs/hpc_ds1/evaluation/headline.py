@@ -14,22 +14,25 @@ from typing import Any
 from hpc_ds1.space import Config
 
 from .landscape import percentile
-from .truth import Key, TruePoint, TrueScore
+from .plan import TRUTH_REPEATS
+from .truth import Key, TruePoint, TrueScore, within_noise
 
 BOOTSTRAP_RESAMPLES = 2000
 INTERVAL = 0.90
+# what System 1's pick is compared with, pick by pick (issue 13: above both of the first two)
+SYSTEM1_BASELINES = ("nearest_trained", "rule_of_thumb", "interpolated_transfer")
 
 
-def system1_truth(
+def _system1_cells(
     system1: Mapping[str, Any], truth: Mapping[Key, Mapping[Config, TruePoint]]
-) -> list[dict[str, Any]]:
-    """Each System 1 approach's picks scored on the truth pass: true runtime of the truth
-    pass's best / true runtime of the pick. A pick the truth pass did not measure is counted
-    as unscored, never dropped silently."""
-    picks: dict[str, list[float]] = {}
+) -> tuple[dict[str, dict[Key, tuple[str, float]]], dict[str, int]]:
+    """Per approach, per cell: (the pick's label, its true % of best); and per approach the
+    count of picks the truth pass did not measure."""
+    picks: dict[str, dict[Key, tuple[str, float]]] = {}
     unscored: dict[str, int] = {}
     for row in system1.get("per_size", []):
-        points = truth.get((row["workload"], row["size"]), {})
+        key_ = (row["workload"], row["size"])
+        points = truth.get(key_, {})
         if not points:
             continue
         by_label = {c.label(): p for c, p in points.items()}
@@ -41,10 +44,20 @@ def system1_truth(
             if point is None:
                 unscored[key] = unscored.get(key, 0) + 1
                 continue
-            picks.setdefault(key, []).append(100.0 * best / point.runtime_s)
+            picks.setdefault(key, {})[key_] = (chosen["config"], 100.0 * best / point.runtime_s)
+    return picks, unscored
+
+
+def system1_truth(
+    system1: Mapping[str, Any], truth: Mapping[Key, Mapping[Config, TruePoint]]
+) -> list[dict[str, Any]]:
+    """Each System 1 approach's picks scored on the truth pass: true runtime of the truth
+    pass's best / true runtime of the pick. A pick the truth pass did not measure is counted
+    as unscored, never dropped silently."""
+    picks, unscored = _system1_cells(system1, truth)
     out = []
     for key in {*picks, *unscored}:
-        values = picks.get(key, [])
+        values = [pct for _, pct in picks.get(key, {}).values()]
         out.append(
             {
                 "key": key,
@@ -55,6 +68,110 @@ def system1_truth(
             }
         )
     return sorted(out, key=lambda r: r["key"])
+
+
+def _interval(values: list[float]) -> list[float]:
+    tail = (1.0 - INTERVAL) / 2.0
+    return [round(percentile(values, tail), 2), round(percentile(values, 1.0 - tail), 2)]
+
+
+def system1_versus(
+    system1: Mapping[str, Any],
+    truth: Mapping[Key, Mapping[Config, TruePoint]],
+    mine: str,
+    other: str,
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    repeats: int = TRUTH_REPEATS,
+) -> dict[str, Any] | None:
+    """System 1's `mine` picks against `other`'s, paired by cell on the truth pass: the
+    difference of their median true % of best with a percentile-bootstrap interval (INTERVAL)
+    from resampling the cells, and per cell how often the two pick the same configuration, or
+    one scores above the other beyond the truth pass's noise (`truth.within_noise` at
+    `repeats`). None when they share no scored cell."""
+    picks, _ = _system1_cells(system1, truth)
+    a, b = picks.get(mine, {}), picks.get(other, {})
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        return None
+
+    def difference(cells: Sequence[Key]) -> float:
+        return statistics.median(a[k][1] for k in cells) - statistics.median(b[k][1] for k in cells)
+
+    rng = random.Random(f"system1:{seed}:{mine}:{other}")
+    drawn = [
+        difference([shared[rng.randrange(len(shared))] for _ in shared]) for _ in range(resamples)
+    ]
+    different = [k for k in shared if a[k][0] != b[k][0]]
+    gaps = {k: a[k][1] - b[k][1] for k in different}
+    points = {k: {c.label(): p for c, p in truth[k].items()} for k in different}
+    clear = {
+        k: g
+        for k, g in gaps.items()
+        if not within_noise(
+            points[k][(b if g > 0 else a)[k][0]], points[k][(a if g > 0 else b)[k][0]], repeats
+        )
+    }
+    return {
+        "approach": mine,
+        "other": other,
+        "cells": len(shared),
+        "median_difference": round(difference(shared), 2),
+        "median_interval": _interval(drawn),
+        "interval": f"{INTERVAL:.0%} percentile bootstrap over cells, {resamples} resamples",
+        "same_pick": len(shared) - len(different),
+        "ahead": sum(g > 0 for g in gaps.values()),
+        "behind": sum(g < 0 for g in gaps.values()),
+        "ahead_beyond_noise": sum(g > 0 for g in clear.values()),
+        "behind_beyond_noise": sum(g < 0 for g in clear.values()),
+        "mean_gap_where_different": round(statistics.fmean(gaps.values()), 2) if gaps else None,
+        "where_different": [
+            {
+                "workload": k[0],
+                "size": k[1],
+                mine: a[k][0],
+                other: b[k][0],
+                "gap": round(gaps[k], 2),
+                "beyond_noise": k in clear,
+            }
+            for k in different
+        ],
+    }
+
+
+def figure_interval(
+    scores: Sequence[TrueScore],
+    policy: str,
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> dict[str, Any] | None:
+    """`policy`'s true median and 10th percentile over its sessions, each with a
+    percentile-bootstrap interval (INTERVAL) from resampling the cells: how far a target
+    missed or met by a point stands from what another draw of the same number of sizes would
+    give. None without sessions."""
+    cells = _by_cell(scores, policy)
+    if not cells:
+        return None
+    keys = sorted(cells)
+    median, p10 = _figures([cells[k] for k in keys])
+    rng = random.Random(f"figure:{seed}:{policy}")
+    medians, p10s = [], []
+    for _ in range(resamples):
+        m, p = _figures([cells[keys[rng.randrange(len(keys))]] for _ in keys])
+        medians.append(m)
+        p10s.append(p)
+    return {
+        "policy": policy,
+        "cells": len(keys),
+        "sessions": sum(len(v) for v in cells.values()),
+        "median": round(median, 2),
+        "median_interval": _interval(medians),
+        "p10": round(p10, 2),
+        "p10_interval": _interval(p10s),
+        "interval": f"{INTERVAL:.0%} percentile bootstrap over cells, {resamples} resamples",
+    }
 
 
 def _by_cell(scores: Sequence[TrueScore], policy: str) -> dict[Key, list[float]]:
@@ -114,26 +231,61 @@ def versus(
     }
 
 
-def target_row(name: str, value: Any, op: str, goal: Any) -> dict[str, Any]:
+def target_row(name: str, value: Any, op: str, goal: Any, note: str = "") -> dict[str, Any]:
+    """`note`: how far the figure stands from another draw of the same cells (its interval),
+    where there is one."""
     met = None
     if value is not None and goal is not None:
         met = {">=": value >= goal, "<=": value <= goal, ">": value > goal}[op]
-    return {"target": name, "value": value, "goal": f"{op} {goal}", "met": met}
+    row = {"target": name, "value": value, "goal": f"{op} {goal}", "met": met}
+    return {**row, "note": note} if note else row
+
+
+def interval_note(figure: Mapping[str, Any] | None, which: str) -> str:
+    """ "90 % interval [a, b] over 16 cells" for `which` ("median" or "p10") of a
+    `figure_interval`."""
+    if not figure:
+        return ""
+    low, high = figure[f"{which}_interval"]
+    return f"{INTERVAL:.0%} interval [{low}, {high}] over {figure['cells']} cells"
+
+
+def _system1_note(v: Mapping[str, Any] | None) -> str:
+    if not v:
+        return ""
+    low, high = v["median_interval"]
+    return (
+        f"{v['other']}: {v['median_difference']:+} [{low:+}, {high:+}], same pick at "
+        f"{v['same_pick']} of {v['cells']} sizes, ahead at {v['ahead']} "
+        f"({v['ahead_beyond_noise']} beyond noise), behind at {v['behind']} "
+        f"({v['behind_beyond_noise']} beyond noise)"
+    )
 
 
 def live_targets(live: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The session targets again for the sessions `evaluate --live` ran for real from its
     seeded starts (every run a launch, as `tune` makes it), where there are any: what a user
     gets, where the replayed rows model each run from the observed pass."""
-    seeded = next(
-        (r["live"] for r in (live or {}).get("table", []) if r["policy"] == "model_live"), None
-    )
-    if seeded is None:
+    row = next((r for r in (live or {}).get("table", []) if r["policy"] == "model_live"), None)
+    if row is None:
         return []
+    seeded, spread = row["live"], row.get("live_interval")
     name = f"live model sessions ({seeded['sessions']}, seeded starts, every run real)"
     return [
-        target_row(f"{name}: true median % of best", seeded["pct_median"], ">=", 97.0),
-        target_row(f"{name}: true 10th percentile % of best", seeded["pct_p10"], ">=", 92.0),
+        target_row(
+            f"{name}: true median % of best",
+            seeded["pct_median"],
+            ">=",
+            97.0,
+            interval_note(spread, "median"),
+        ),
+        target_row(
+            f"{name}: true 10th percentile % of best",
+            seeded["pct_p10"],
+            ">=",
+            92.0,
+            interval_note(spread, "p10"),
+        ),
         target_row(f"{name}: median real runs", seeded["runs_median"], "<=", 5),
     ]
 
@@ -151,10 +303,21 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
     cal = results["calibration"]
     auto_share = round(cal["auto_moves"] / cal["decisions"], 4) if cal.get("decisions") else None
+    spread = truth.get("model_interval")
     rows = [
-        target_row("model sessions: true median % of best", model.get("pct_median"), ">=", 97.0),
         target_row(
-            "model sessions: true 10th percentile % of best", model.get("pct_p10"), ">=", 92.0
+            "model sessions: true median % of best",
+            model.get("pct_median"),
+            ">=",
+            97.0,
+            interval_note(spread, "median"),
+        ),
+        target_row(
+            "model sessions: true 10th percentile % of best",
+            model.get("pct_p10"),
+            ">=",
+            92.0,
+            interval_note(spread, "p10"),
         ),
         target_row("model sessions: median real runs", model.get("runs_median"), "<=", 5),
     ]
@@ -178,6 +341,11 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             else all(s1_model > b for b in baselines),
             ">=",
             True,
+            "; ".join(
+                note
+                for k in ("nearest_trained", "rule_of_thumb")
+                if (note := _system1_note(truth.get("system1_versus", {}).get(k)))
+            ),
         ),
         target_row("held-out decisions that run automatically", auto_share, ">=", 0.30),
         target_row("automatic decisions not slower", cal.get("auto_not_slower"), ">=", 0.97),

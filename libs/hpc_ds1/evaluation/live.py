@@ -26,7 +26,7 @@ from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.space import Config, ConfigSpace
 
 from . import policies as pol
-from .headline import versus
+from .headline import figure_interval, versus
 from .landscape import Cell, percentile
 from .truth import TrueScore
 
@@ -227,6 +227,7 @@ def live_summary(scores: Sequence[TrueScore], *, seed: int = 0) -> dict[str, Any
                 {
                     "policy": policy,
                     "live": _figures([a for a, _ in mine]),
+                    "live_interval": figure_interval([a for a, _ in mine], policy, seed=seed),
                     "replayed": _figures([b for _, b in mine]),
                     "same_final_share": round(
                         sum(a.outcome.final == b.outcome.final for a, b in mine) / len(mine), 4

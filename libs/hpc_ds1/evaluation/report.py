@@ -178,6 +178,21 @@ def render_truth(t: dict[str, Any]) -> str:
             f"({r['scored']} sizes scored, {r['unscored']} not re-measured)"
             for r in t["system1"]
         ]
+    for other, v in (t.get("system1_versus") or {}).items():
+        if v is None:
+            continue
+        parts.append(
+            f"System 1 model - {other}: median {v['median_difference']:+} {v['median_interval']} "
+            f"({v['interval']}, {v['cells']} cells); same pick at {v['same_pick']}, ahead at "
+            f"{v['ahead']} ({v['ahead_beyond_noise']} beyond the truth's noise), behind at "
+            f"{v['behind']} ({v['behind_beyond_noise']} beyond it)"
+        )
+    m = t.get("model_interval")
+    if m:
+        parts.append(
+            f"model sessions: median {m['median']} {m['median_interval']}, p10 {m['p10']} "
+            f"{m['p10_interval']} ({m['interval']}, {m['cells']} cells)"
+        )
     for other, v in (t.get("versus") or {}).items():
         if v is None:
             continue
@@ -208,6 +223,13 @@ def render_live(live: dict[str, Any]) -> str:
         "(truth pass)",
         table([*headers, "runs: median", "mean", "cost s: median"], rows),
     ]
+    for r in live["table"]:
+        m = r.get("live_interval")
+        if m:
+            parts.append(
+                f"{r['policy']}: median {m['median']} {m['median_interval']}, p10 {m['p10']} "
+                f"{m['p10_interval']} ({m['interval']}, {m['cells']} cells)"
+            )
     v = live.get("live_minus_replayed")
     if v is not None:
         parts.append(

@@ -17,7 +17,15 @@ from hpc_ds1.space import Config
 
 from . import decisions as dc
 from . import policies as pol
-from .headline import system1_truth, target_row, truth_targets, versus
+from .headline import (
+    SYSTEM1_BASELINES,
+    figure_interval,
+    system1_truth,
+    system1_versus,
+    target_row,
+    truth_targets,
+    versus,
+)
 from .landscape import Cell, EvaluationError, build_cells, noise_summary, percentile
 from .live import LiveRun, RunFn, live_sessions, live_summary
 from .system1 import system1
@@ -229,7 +237,15 @@ def evaluate(
             cells, outcomes, truth, repeats=truth_repeats, session_repeats=session_repeats
         )
         results["truth"]["seed"] = seed
-        results["truth"]["system1"] = system1_truth(results["system1"], truth_points(truth))
+        points = truth_points(truth)
+        results["truth"]["system1"] = system1_truth(results["system1"], points)
+        results["truth"]["system1_versus"] = {
+            other: system1_versus(
+                results["system1"], points, "model", other, seed=seed, repeats=truth_repeats
+            )
+            for other in SYSTEM1_BASELINES
+        }
+        results["truth"]["model_interval"] = figure_interval(scores, "model", seed=seed)
         results["truth"]["versus"] = {
             other: versus(scores, "model", other, seed=seed) for other in ("random", "optuna_tpe")
         }

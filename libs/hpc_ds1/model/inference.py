@@ -26,7 +26,14 @@ from hpc_ds1.model.onnx_graph import (
     RUNTIME,
 )
 from hpc_ds1.model.schema import Decision, Recommendation, State, Thresholds
-from hpc_ds1.model.transfer import LN10, Table, blended_deltas, from_metadata, kind_of
+from hpc_ds1.model.transfer import (
+    LN10,
+    Table,
+    blended_deltas,
+    from_metadata,
+    kind_of,
+    smoothed,
+)
 from hpc_ds1.model.transfer import predict as transfer_predict
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
 
@@ -92,7 +99,10 @@ class Model:
         self.blend = Blend(**self.metadata.get("blend", {}))
         # Older model files have neither: no transfer prior, raw confidence.
         transfer = self.metadata.get("transfer") or {}
-        self.transfer: Table = from_metadata(transfer.get("table") or {})
+        self.transfer: Table = from_metadata(transfer.get("table") or {})  # as measured
+        # the smoothing training chose (0 and older files: none)
+        self.transfer_bandwidth = float(transfer.get("bandwidth") or 0.0)
+        self._smoothed: Table = smoothed(self.transfer, self.transfer_bandwidth)
         self._transfer_weight: dict[str, float] = dict(transfer.get("weight") or {})
         self._transfer_rmse: dict[str, float | None] = dict(transfer.get("rmse_log10") or {})
         self._priors: dict[tuple[str, int], tuple[dict[Config, float], float, float | None]] = {}
@@ -354,7 +364,8 @@ class Model:
     def transfer_prior(
         self, workload: str, size: int
     ) -> tuple[dict[Config, float], float, float | None] | None:
-        """The trained sizes' relative runtimes at `size` (log10, interpolated in log size),
+        """The trained sizes' relative runtimes at `size` (log10, smoothed across the sizes at
+        the file's bandwidth, interpolated in log size),
         the weight leave-one-size-out chose for them and its RMSE; None when the model file
         carries none for `workload` or the weight is 0."""
         key = (workload, size)
@@ -367,7 +378,7 @@ class Model:
             weight = float(self._transfer_weight.get(kind, 0.0))
             if weight <= 0.0:
                 return None
-            rel = transfer_predict(self.transfer, workload, size)
+            rel = transfer_predict(self._smoothed, workload, size)
             if len(self._priors) > CACHE_LIMIT:
                 self._priors.clear()
             found = self._priors[key] = (
@@ -393,6 +404,15 @@ class Model:
                 )
         other = copy.copy(self)
         other._transfer_weight = {**self._transfer_weight, **weights}
+        other._priors, other._aligned = {}, {}
+        return other
+
+    def with_bandwidth(self, bandwidth: float) -> Model:
+        """The same model with the transfer table smoothed at another bandwidth (ln size, 0:
+        as measured): for development comparisons, sharing the ONNX session."""
+        other = copy.copy(self)
+        other.transfer_bandwidth = float(bandwidth)
+        other._smoothed = smoothed(self.transfer, other.transfer_bandwidth)
         other._priors, other._aligned = {}, {}
         return other
 

@@ -36,6 +36,7 @@ from hpc_ds1.model.schema import Measurement
 from hpc_ds1.model.transfer import (
     Table,
     blended_deltas,
+    choose_bandwidth,
     choose_weights,
     loso_prior,
     relative_table,
@@ -261,6 +262,7 @@ def _choose_decide_share(
     y: Array,
     table: Table,
     transfer_choice: Mapping[str, Any],
+    bandwidth: float = 0.0,
 ) -> tuple[float, Blend, dict[str, Any], Array]:
     """How much of the transfer prior `decide` blends into its neighbours' runtime differences
     (a share of the weight `recommend` uses), chosen with the blend by the same out-of-fold
@@ -271,7 +273,7 @@ def _choose_decide_share(
         weights = {k: share * float(v) for k, v in transfer_choice["weight"].items()}
         if share > 0 and not any(weights.values()):
             break  # no prior to blend: every share decides as share 0 does
-        d = _with_transfer(deltas, keys, rows, table, weights) if share > 0 else deltas
+        d = _with_transfer(deltas, keys, rows, table, weights, bandwidth) if share > 0 else deltas
         blend, info = choose_blend(oof, d, mask, y, _session_scorer(rows, keys, oof, d, mask))
         score = float(info["sessions_pct_of_best"])
         tried.append({"share": share, "sessions_pct_of_best": round(score, 3), **blend.as_dict()})
@@ -294,6 +296,7 @@ def _with_transfer(
     rows: _Rows,
     table: Table,
     weights: Mapping[str, float],
+    bandwidth: float = 0.0,
 ) -> Array:
     """The out-of-fold deltas with the transfer prior blended in as `decide` blends the model
     file's (transfer.blended_deltas): at each state, the prior of the workload's other sizes,
@@ -303,7 +306,7 @@ def _with_transfer(
     priors: dict[tuple[str, int], Any] = {}
     for i, (workload, size, config) in enumerate(keys):
         if (workload, size) not in priors:
-            priors[workload, size] = loso_prior(table, workload, size)
+            priors[workload, size] = loso_prior(table, workload, size, bandwidth)
         found = priors[workload, size]
         if found is None:
             continue
@@ -548,6 +551,9 @@ def train(
     tiles = {w: _measured_space(outcomes, w).tiles for w in measured}
     rows = _Rows(outcomes, machine, tiles, space_for, layout)
     transfer_table = relative_table(outcomes)
+    runtimes = {k: o.runtime_s for k, o in outcomes.items() if o.ok and o.runtime_s}
+    smoothing = choose_bandwidth(transfer_table, runtimes)
+    bandwidth = float(smoothing["bandwidth"])
 
     X, y, mask, tele, ckeys = rows.classification()
     Xr, yr, rkeys = rows.regression()
@@ -609,10 +615,19 @@ def train(
         transfer_choice = choose_weights(
             transfer_table,
             {k: float(v) for k, v in zip(rkeys, oof_runtime, strict=True) if np.isfinite(v)},
-            {k: o.runtime_s for k, o in outcomes.items() if o.ok and o.runtime_s},
+            runtimes,
+            bandwidth,
         )
         decide_share, blend, move_metrics["blend"], deltas = _choose_decide_share(
-            rows, tele_keys, oof, deltas, mask[tele], y[tele], transfer_table, transfer_choice
+            rows,
+            tele_keys,
+            oof,
+            deltas,
+            mask[tele],
+            y[tele],
+            transfer_table,
+            transfer_choice,
+            bandwidth,
         )
         decided = blend.proba(oof, deltas, mask[tele])
         d_conf, d_correct = decided.max(axis=1), (decided.argmax(axis=1) == y[tele])
@@ -638,7 +653,7 @@ def train(
         runtime_metrics = {"chosen": rt_name, "why": note, "candidates": {}, "rmse_log10": None}
         blend = Blend()
         decide_share = 0.0
-        transfer_choice = choose_weights(transfer_table, {}, {})
+        transfer_choice = choose_weights(transfer_table, {}, {}, bandwidth)
         calibration = Calibration({})
 
     order = [move_name] + [n for n in est.ranked(move_metrics["candidates"]) if n != move_name]
@@ -686,7 +701,7 @@ def train(
         f"({n_groups} folds)",
         "move_model": move_metrics,
         "runtime_model": runtime_metrics,
-        "transfer": transfer_choice,
+        "transfer": {**transfer_choice, "smoothing": smoothing},
         "guard": {
             "distance_threshold": round(guard.threshold, 5),
             "rule": f"{DISTANCE_PERCENTILE:g}th percentile of leave-one-out nearest-neighbour "
@@ -725,6 +740,8 @@ def train(
         "blend": blend.as_dict(),
         "transfer": {
             "table": to_metadata(transfer_table),
+            # the table is stored as measured; a reader smooths it at this width (ln size)
+            "bandwidth": bandwidth,
             "weight": transfer_choice["weight"],
             "rmse_log10": transfer_choice["rmse_log10"],
             # the share of that weight decide blends into its neighbours' runtime

@@ -10,7 +10,14 @@ different runtimes compare. For an asked size:
   trained range, the nearest end's);
 
 and the pick is the argmin. A configuration must have run at every size used; one that failed
-at either neighbour is never picked."""
+at either neighbour is never picked.
+
+A trained size's relative runtimes are noisy (a setup times each configuration twice), and the
+nearest size's argmin keeps that noise. With a bandwidth h > 0, each configuration's log
+relative runtimes are first smoothed across the workload's sizes: a local-linear fit in ln size
+with a Gaussian kernel of width h (`smoothed`); h = 0 is the table as measured. The bandwidth is
+chosen by leave-one-size-out on the training sizes (`choose_bandwidth`), smoothing only the
+sizes left in, so the size scored never informs its own prediction."""
 
 from __future__ import annotations
 
@@ -58,16 +65,60 @@ def neighbours_of(size: int, sizes: Iterable[int]) -> list[tuple[int, float]]:
     return [(lo, 1.0 - w), (hi, w)]
 
 
+def _local_linear(x0: float, points: Sequence[tuple[float, float]], bandwidth: float) -> float:
+    """The value at x0 of a weighted least-squares line through `points` (x, y), Gaussian
+    weights of width `bandwidth` around x0; the weighted mean where the points leave the slope
+    undetermined (one point, or all the weight on one x)."""
+    weights = [math.exp(-0.5 * ((x - x0) / bandwidth) ** 2) for x, _ in points]
+    total = sum(weights)
+    mean_x = sum(w * x for w, (x, _) in zip(weights, points, strict=True)) / total
+    mean_y = sum(w * y for w, (_, y) in zip(weights, points, strict=True)) / total
+    sxx = sum(w * (x - mean_x) ** 2 for w, (x, _) in zip(weights, points, strict=True))
+    if sxx <= 1e-12 * total:
+        return mean_y
+    sxy = sum(w * (x - mean_x) * (y - mean_y) for w, (x, y) in zip(weights, points, strict=True))
+    return mean_y + sxy / sxx * (x0 - mean_x)
+
+
+def smooth_sizes(
+    sizes: Mapping[int, Mapping[Config, float]], bandwidth: float
+) -> dict[int, dict[Config, float]]:
+    """One workload's log relative runtimes, each configuration's smoothed across the sizes
+    where it ran (local-linear in ln size, Gaussian kernel of width `bandwidth`); the same
+    sizes and configurations. bandwidth 0: a copy as measured."""
+    if bandwidth < 0:
+        raise ValueError(f"bandwidth {bandwidth}: accepted is 0 (none) or a positive width")
+    if bandwidth == 0:
+        return {s: dict(rel) for s, rel in sizes.items()}
+    xs = {s: math.log(s) for s in sizes}
+    out: dict[int, dict[Config, float]] = {}
+    for size, rel in sizes.items():
+        out[size] = {
+            c: _local_linear(
+                xs[size], [(xs[t], sizes[t][c]) for t in sorted(sizes) if c in sizes[t]], bandwidth
+            )
+            for c in rel
+        }
+    return out
+
+
+def smoothed(table: Table, bandwidth: float) -> Table:
+    """Every workload's relative runtimes smoothed across its sizes (`smooth_sizes`)."""
+    return {w: smooth_sizes(sizes, bandwidth) for w, sizes in table.items()}
+
+
 def predict(
-    table: Table, workload: str, size: int, how: How = "interpolated"
+    table: Table, workload: str, size: int, how: How = "interpolated", bandwidth: float = 0.0
 ) -> dict[Config, float]:
     """Predicted log relative runtime at `size` of every configuration that ran at every size
-    used."""
+    used; with `bandwidth`, from the workload's sizes smoothed first (`smooth_sizes`)."""
     sizes = table.get(workload)
     if not sizes:
         raise ValueError(
             f"no trained size of {workload!r} to transfer from; known: {sorted(table)}"
         )
+    if bandwidth:
+        sizes = smooth_sizes(sizes, bandwidth)
     used = neighbours_of(size, sizes)
     if how == "nearest":
         near = min(sizes, key=lambda s: (abs(math.log(s / size)), s))
@@ -84,10 +135,11 @@ def pick(
     size: int,
     how: How = "interpolated",
     allowed: Iterable[Config] | None = None,
+    bandwidth: float = 0.0,
 ) -> Config | None:
     """The configuration with the lowest predicted relative runtime (ties: by label); None when
     no allowed configuration ran at every size used."""
-    scores = predict(table, workload, size, how)
+    scores = predict(table, workload, size, how, bandwidth)
     if allowed is not None:
         keep = set(allowed)
         scores = {c: v for c, v in scores.items() if c in keep}
@@ -194,14 +246,17 @@ def blended_deltas(
     ]
 
 
-def loso_prior(table: Table, workload: str, size: int) -> tuple[dict[Config, float], Kind] | None:
+def loso_prior(
+    table: Table, workload: str, size: int, bandwidth: float = 0.0
+) -> tuple[dict[Config, float], Kind] | None:
     """The prior a size of the training set gets from the workload's other sizes (log10
-    relative runtimes), and whether it lies inside their range: what `decide` would use at that
-    size had it not been trained on; None when the workload has no other size."""
+    relative runtimes, smoothed at `bandwidth` among themselves), and whether it lies inside
+    their range: what `decide` would use at that size had it not been trained on; None when the
+    workload has no other size."""
     others = {s: rel for s, rel in table.get(workload, {}).items() if s != size}
     if not others:
         return None
-    rel = predict({workload: others}, workload, size)
+    rel = predict({workload: others}, workload, size, bandwidth=bandwidth)
     return {c: v / LN10 for c, v in rel.items()}, kind_of(size, others)
 
 
@@ -222,7 +277,10 @@ def tied_with(values: Sequence[float], best: Sequence[float]) -> bool:
 
 
 def choose_weights(
-    table: Table, oof_log10: Mapping[StateKey, float], measured: Mapping[StateKey, float]
+    table: Table,
+    oof_log10: Mapping[StateKey, float],
+    measured: Mapping[StateKey, float],
+    bandwidth: float = 0.0,
 ) -> dict[str, Any]:
     """Leave one size out: for every trained size of every workload with another size, the
     transfer from the other sizes and the runtime model fitted without it (`oof_log10`: its
@@ -232,7 +290,8 @@ def choose_weights(
     range), the one-standard-error rule: among the weights whose mean % of best is within one
     standard error (of the paired per-fold differences) of the highest (the highest mean, then
     the lowest RMSE, then the larger weight), the largest. No fold of a kind: the other kind's
-    weight; none at all: 0 (the model alone)."""
+    weight; none at all: 0 (the model alone). The transfer from the other sizes is smoothed
+    among them at `bandwidth` (choose_bandwidth)."""
     pct: dict[Kind, dict[float, list[float]]] = {k: {w: [] for w in WEIGHTS} for k in KINDS}
     err: dict[Kind, dict[float, list[float]]] = {k: {w: [] for w in WEIGHTS} for k in KINDS}
     folds: dict[Kind, list[str]] = {k: [] for k in KINDS}
@@ -248,7 +307,8 @@ def choose_weights(
             }
             if len(here) < 2:
                 continue
-            prior = {c: v / LN10 for c, v in predict({workload: others}, workload, size).items()}
+            rel = predict({workload: others}, workload, size, bandwidth=bandwidth)
+            prior = {c: v / LN10 for c, v in rel.items()}
             model = {c: oof_log10[(workload, size, c)] for c in here}
             shared = [c for c in here if c in prior]
             if len(shared) < 2:
@@ -307,4 +367,51 @@ def choose_weights(
         "chosen_by": "leave-one-size-out on the training sizes, one-standard-error rule: among "
         "the weights whose mean % of best of the pick is within one standard error of the "
         "highest, the largest",
+    }
+
+
+BANDWIDTHS = (0.0, 0.15, 0.3, 0.6, 1.2)  # in ln size; the trained sizes lie 0.2-0.5 apart
+
+
+def choose_bandwidth(table: Table, measured: Mapping[StateKey, float]) -> dict[str, Any]:
+    """Leave one size out: for every trained size of a workload with another size, the
+    interpolated transfer from the other sizes smoothed among themselves at each bandwidth of
+    BANDWIDTHS; its pick scored on the size's measured runtimes (`measured`, s) as % of their
+    best. The bandwidth with the highest mean over the folds; ties to the smaller (0: the
+    table as measured). No fold: 0."""
+    pct: dict[float, list[float]] = {h: [] for h in BANDWIDTHS}
+    folds: list[str] = []
+    for workload, sizes in sorted(table.items()):
+        for size in sorted(sizes):
+            others = {s: rel for s, rel in sizes.items() if s != size}
+            here = {
+                c: t for (w, s, c), t in measured.items() if w == workload and s == size and t > 0
+            }
+            if not others or len(here) < 2:
+                continue
+            folds.append(f"{workload} {size}")
+            best = min(here.values())
+            for h in BANDWIDTHS:
+                rel = predict({workload: others}, workload, size, bandwidth=h)
+                scores = {c: v for c, v in rel.items() if c in here}
+                if not scores:
+                    pct[h].append(100.0 * best / max(here.values()))  # nothing to pick from
+                    continue
+                pct[h].append(100.0 * best / here[_argmin(scores)])
+    rows = [(h, sum(v) / len(v) if v else 0.0) for h, v in pct.items()]
+    chosen = max(rows, key=lambda r: (round(r[1], 6), -r[0]))[0] if folds else 0.0
+    return {
+        "bandwidth": chosen,
+        "folds": len(folds),
+        "by_bandwidth": [
+            {
+                "bandwidth": h,
+                "pct_of_best": round(mean, 3),
+                "min": round(min(pct[h]), 2) if pct[h] else None,
+            }
+            for h, mean in rows
+        ],
+        "chosen_by": "leave-one-size-out on the training sizes: the mean % of best of the "
+        "interpolated pick from the other sizes smoothed at each bandwidth (ln size), ties to "
+        "the smaller",
     }
