@@ -176,9 +176,27 @@ def test_the_truth_pass_beside_the_observed_scores(
         assert row["pct_median"] == pytest.approx(row["observed_pct_median"], abs=0.01)
         assert row["pct_p10"] == pytest.approx(row["observed_pct_p10"], abs=0.01)
     assert truth["exhaustive_check"]["pct_mean"] == 100.0
-    assert "sessions" in result.results and "Scored against the truth pass" in render(
-        result.results
-    )
+    model_row = next(r for r in truth["table"] if r["policy"] == "model")
+    spread = truth["model_interval"]
+    assert spread["median"] == pytest.approx(model_row["pct_median"], abs=0.01)
+    assert spread["median_interval"][0] <= spread["median"] <= spread["median_interval"][1]
+    # System 1 against each baseline, paired by size: every scored size is the same pick, ahead
+    # or behind
+    s1 = {r["key"]: r for r in truth["system1"]}
+    for other, v in truth["system1_versus"].items():
+        if v is None:
+            continue
+        assert v["cells"] == min(s1["model"]["scored"], s1[other]["scored"])
+        assert (
+            v["same_pick"]
+            + v["ahead"]
+            + v["behind"]
+            + sum(d["gap"] == 0 for d in v["where_different"])
+            == v["cells"]
+        )
+    text = render(result.results)
+    assert "sessions" in result.results and "Scored against the truth pass" in text
+    assert "model sessions: median" in text
     one_cell = [m for m in held if (m.workload, m.size) == (cells[0].workload, cells[0].size)]
     with pytest.raises(EvaluationError, match="truth pass is incomplete"):
         evaluate(model, measurements, fp, seed=11, guard_retrain=False, truth=one_cell)
