@@ -314,14 +314,21 @@ def system1_by_weight(
     at to judge the weight the model file carries."""
     rows = []
     for weight in WEIGHTS:
-        variant = model.reweighted({"inside": weight, "outside": weight})
-        got = []
-        for cell, points, best, space in _truth_cells(model, cells, truth):
-            config = variant.recommend(cell.workload, cell.size, space=space).config
-            got.append(_pick_pct(cell, points, best, config))
+        got = _recommended(model.reweighted({"inside": weight, "outside": weight}), cells, truth)
         if got:
             rows.append({"weight": weight, **_summary(got)})
     return rows
+
+
+def _recommended(
+    model: Model, cells: Sequence[Cell], truth: Mapping[Key, Mapping[Any, TruePoint]]
+) -> list[float]:
+    """`model`'s recommend at every cell the truth pass measured, as % of the true best."""
+    got = []
+    for cell, points, best, space in _truth_cells(model, cells, truth):
+        config = model.recommend(cell.workload, cell.size, space=space).config
+        got.append(_pick_pct(cell, points, best, config))
+    return got
 
 
 def system1_by_bandwidth(
@@ -332,11 +339,7 @@ def system1_by_bandwidth(
     looks at to judge the smoothing the model file carries."""
     rows = []
     for bandwidth in BANDWIDTHS:
-        variant = model.with_bandwidth(bandwidth)
-        got = []
-        for cell, points, best, space in _truth_cells(model, cells, truth):
-            config = variant.recommend(cell.workload, cell.size, space=space).config
-            got.append(_pick_pct(cell, points, best, config))
+        got = _recommended(model.with_bandwidth(bandwidth), cells, truth)
         if got:
             rows.append({"bandwidth": bandwidth, **_summary(got)})
     return rows

@@ -187,12 +187,8 @@ def render_truth(t: dict[str, Any]) -> str:
             f"{v['ahead']} ({v['ahead_beyond_noise']} beyond the truth's noise), behind at "
             f"{v['behind']} ({v['behind_beyond_noise']} beyond it)"
         )
-    m = t.get("model_interval")
-    if m:
-        parts.append(
-            f"model sessions: median {m['median']} {m['median_interval']}, p10 {m['p10']} "
-            f"{m['p10_interval']} ({m['interval']}, {m['cells']} cells)"
-        )
+    if t.get("model_interval"):
+        parts.append(_figure_interval("model sessions", t["model_interval"]))
     for other, v in (t.get("versus") or {}).items():
         if v is None:
             continue
@@ -202,6 +198,13 @@ def render_truth(t: dict[str, Any]) -> str:
             f"{v['cells']} cells)"
         )
     return "\n".join(parts)
+
+
+def _figure_interval(name: str, m: dict[str, Any]) -> str:
+    return (
+        f"{name}: median {m['median']} {m['median_interval']}, p10 {m['p10']} "
+        f"{m['p10_interval']} ({m['interval']}, {m['cells']} cells)"
+    )
 
 
 def render_live(live: dict[str, Any]) -> str:
@@ -223,13 +226,11 @@ def render_live(live: dict[str, Any]) -> str:
         "(truth pass)",
         table([*headers, "runs: median", "mean", "cost s: median"], rows),
     ]
-    for r in live["table"]:
-        m = r.get("live_interval")
-        if m:
-            parts.append(
-                f"{r['policy']}: median {m['median']} {m['median_interval']}, p10 {m['p10']} "
-                f"{m['p10_interval']} ({m['interval']}, {m['cells']} cells)"
-            )
+    parts += [
+        _figure_interval(r["policy"], r["live_interval"])
+        for r in live["table"]
+        if r.get("live_interval")
+    ]
     v = live.get("live_minus_replayed")
     if v is not None:
         parts.append(
