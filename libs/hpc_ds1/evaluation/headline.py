@@ -31,8 +31,8 @@ def _system1_cells(
     picks: dict[str, dict[Key, tuple[str, float]]] = {}
     unscored: dict[str, int] = {}
     for row in system1.get("per_size", []):
-        key_ = (row["workload"], row["size"])
-        points = truth.get(key_, {})
+        cell = (row["workload"], row["size"])
+        points = truth.get(cell, {})
         if not points:
             continue
         by_label = {c.label(): p for c, p in points.items()}
@@ -44,7 +44,7 @@ def _system1_cells(
             if point is None:
                 unscored[key] = unscored.get(key, 0) + 1
                 continue
-            picks.setdefault(key, {})[key_] = (chosen["config"], 100.0 * best / point.runtime_s)
+            picks.setdefault(key, {})[cell] = (chosen["config"], 100.0 * best / point.runtime_s)
     return picks, unscored
 
 
@@ -105,14 +105,7 @@ def system1_versus(
     ]
     different = [k for k in shared if a[k][0] != b[k][0]]
     gaps = {k: a[k][1] - b[k][1] for k in different}
-    points = {k: {c.label(): p for c, p in truth[k].items()} for k in different}
-    clear = {
-        k: g
-        for k, g in gaps.items()
-        if not within_noise(
-            points[k][(b if g > 0 else a)[k][0]], points[k][(a if g > 0 else b)[k][0]], repeats
-        )
-    }
+    clear = {k: g for k, g in gaps.items() if _apart(truth[k], a[k][0], b[k][0], repeats)}
     return {
         "approach": mine,
         "other": other,
@@ -138,6 +131,14 @@ def system1_versus(
             for k in different
         ],
     }
+
+
+def _apart(points: Mapping[Config, TruePoint], x: str, y: str, repeats: int) -> bool:
+    """Whether the truth pass tells configurations `x` and `y` (labels) apart: the slower is
+    not within its noise of the faster."""
+    by_label = {c.label(): p for c, p in points.items()}
+    slow, fast = sorted((by_label[x], by_label[y]), key=lambda p: -p.runtime_s)
+    return not within_noise(slow, fast, repeats)
 
 
 def figure_interval(
@@ -242,7 +243,7 @@ def target_row(name: str, value: Any, op: str, goal: Any, note: str = "") -> dic
 
 
 def interval_note(figure: Mapping[str, Any] | None, which: str) -> str:
-    """ "90 % interval [a, b] over 16 cells" for `which` ("median" or "p10") of a
+    """ "90% interval [a, b] over 16 cells" for `which` ("median" or "p10") of a
     `figure_interval`."""
     if not figure:
         return ""
