@@ -246,3 +246,32 @@ def test_the_target_rows_carry_the_intervals_where_there_are_some() -> None:
     above = rows["System 1 above rule of thumb and nearest trained size (true median)"]
     assert above["note"].startswith("nearest_trained: -0.5 [-1.5, +0.4], same pick at 11 of 16")
     assert "note" not in rows["model sessions: median real runs"]
+
+
+def test_the_rows_name_exhaustive_search_and_the_leads_over_random_with_intervals() -> None:
+    r = results()
+    r["truth"]["table"].append(
+        {"policy": "exhaustive", "pct_median": 94.42, "pct_p10": 87.55, "runs_median": 40.0}
+    )
+    r["truth"]["versus"]["random"] = {
+        "above_with_interval": False,
+        "median_difference": 4.96,
+        "median_interval": [0.68, 10.91],
+        "p10_difference": 11.54,
+        "p10_interval": [-0.34, 18.37],
+    }
+    seeded = {"sessions": 8, "pct_median": 95.0, "pct_p10": 83.0, "runs_median": 4.0}
+    r["live"] = {"table": [{"policy": "model_live", "live": seeded}]}
+    rows = {row["target"]: row for row in truth_targets(r)}
+    p10 = rows["model sessions: true 10th percentile % of best"]
+    assert p10["note"] == "exhaustive search 87.55 in 40 runs on the same truth pass"
+    live_median = rows[
+        "live model sessions (8, seeded starts, every run real): true median % of best"
+    ]
+    assert live_median["note"] == "exhaustive search 94.42 in 40 runs on the same truth pass"
+    random_row = rows["model above random on median and p10, bootstrap interval excluding 0"]
+    assert random_row["met"] is False
+    assert random_row["note"] == "median +4.96 [+0.68, +10.91]; p10 +11.54 [-0.34, +18.37]"
+    # a comparison without its figures (no shared cell, or an older record) carries no note
+    tpe_row = rows["model above optuna_tpe on median and p10, bootstrap interval excluding 0"]
+    assert "note" not in tpe_row
