@@ -27,6 +27,7 @@ from hpc_ds1.events import (
     ApprovalRequested,
     DecisionMade,
     DeviceRegistered,
+    EvaluationPublished,
     MeasurementRecorded,
     SessionMoveDecided,
     SessionMoveResolved,
@@ -191,7 +192,29 @@ def history() -> list[Any]:
         ),
         SessionPaused(session_id=session, step=3, approval_id="appr-3"),
         *(decision(n, "escalate" if n % 10 == 0 else "auto") for n in range(DECISIONS)),
+        EvaluationPublished(
+            evaluation_id="eval-1",
+            device_id="dev-local",
+            model_version="m-live",
+            profile="final",
+            seed=0,
+            landscape_runs=480,
+            results={"targets": TARGETS},
+        ),
     ]
+
+
+# The rows as `evaluation.headline.truth_targets` writes them: a note where the figure has one.
+TARGETS = [
+    {
+        "target": "model sessions: true 10th percentile % of best",
+        "value": 85.33,
+        "goal": ">= 92.0",
+        "met": False,
+        "note": "exhaustive search 87.55 in 40 runs on the same truth pass",
+    },
+    {"target": "model sessions: median real runs", "value": 4.0, "goal": "<= 5", "met": True},
+]
 
 
 async def publish(bus: EventBus, *events: Any) -> None:
@@ -266,6 +289,13 @@ async def test_the_fleet_sessions_and_decisions_sections_follow_the_log(
                 state = await page.get_attribute(f"#{name}", "data-ready")
                 assert state == "true", (name, await page.inner_text(f"#{name}"))
             assert not errors, errors
+
+            # Evaluation: each target row with its note (the interval, the exhaustive ceiling).
+            targets = page.locator("#evaluation .evaluation-targets")
+            await targets.locator("summary").click()
+            table = await targets.inner_text()
+            assert "Targets: 1 of 2 met" in table and "Note" in table, table
+            assert "exhaustive search 87.55 in 40 runs on the same truth pass" in table, table
 
             # Every control of these sections has an accessible name (chromium's tree).
             controls = page.locator(

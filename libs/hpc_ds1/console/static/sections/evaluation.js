@@ -256,12 +256,13 @@ function targetsPart(targets) {
     el("summary", {}, `Targets: ${met} of ${targets.length} met`),
     dataTable(
       "Targets",
-      ["Target", { label: "Value", num: true }, "Goal", "Met"],
+      ["Target", { label: "Value", num: true }, "Goal", "Met", "Note"],
       targets.map((t) => [
         t.target,
         typeof t.value === "number" ? String(Math.round(t.value * 1000) / 1000) : "—",
         t.goal,
         t.met === null ? "—" : el("span", { class: `badge ${t.met ? "ok" : "bad"}` }, t.met ? "yes" : "no"),
+        typeof t.note === "string" ? t.note : "",
       ])
     )
   );
