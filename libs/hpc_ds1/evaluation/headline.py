@@ -252,9 +252,9 @@ def interval_note(figure: Mapping[str, Any] | None, which: str) -> str:
 
 
 def ceiling_note(exhaustive: Mapping[str, Any] | None, which: str) -> str:
-    """What exhaustive search reaches on the same truth pass ("pct_median" or "pct_p10"): it
-    runs every configuration and ends on the observed pass's best, so where the observed pass
-    misleads it is the most a policy that trusts those runs can be expected to reach."""
+    """What exhaustive search reaches on the same truth pass ("pct_median" or "pct_p10"). It
+    runs every configuration and ends on the observed pass's best, so it shows how far the
+    observed pass's noise alone keeps a session from the true best."""
     if not exhaustive or exhaustive.get(which) is None:
         return ""
     return (
@@ -373,10 +373,11 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             else all(s1_model > b for b in baselines),
             ">=",
             True,
-            "; ".join(
-                note
-                for k in ("nearest_trained", "rule_of_thumb")
-                if (note := _system1_note(truth.get("system1_versus", {}).get(k)))
+            _joined(
+                *(
+                    _system1_note(truth.get("system1_versus", {}).get(k))
+                    for k in ("nearest_trained", "rule_of_thumb")
+                )
             ),
         ),
         target_row("held-out decisions that run automatically", auto_share, ">=", 0.30),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .headline import versus_note
+
 
 def _cell(value: Any) -> str:
     if value is None:
@@ -192,11 +194,7 @@ def render_truth(t: dict[str, Any]) -> str:
     for other, v in (t.get("versus") or {}).items():
         if v is None:
             continue
-        parts.append(
-            f"model - {other}: median {v['median_difference']:+} {v['median_interval']}, "
-            f"p10 {v['p10_difference']:+} {v['p10_interval']} ({v['interval']}, "
-            f"{v['cells']} cells)"
-        )
+        parts.append(f"model - {other}: {versus_note(v)} ({v['interval']}, {v['cells']} cells)")
     return "\n".join(parts)
 
 
