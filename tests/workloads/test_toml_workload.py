@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -311,3 +314,34 @@ def test_the_workloads_command_lists_files_and_refusals(
     assert "[check]: give exactly one of" in listed["not_loaded"][str(broken.resolve())]
     assert main(["workloads", "--check", str(broken)]) == 2
     assert "[check]: give exactly one of exit_code | regex | command" in capsys.readouterr().err
+
+
+def test_threads_that_look_up_while_the_registry_is_first_read_wait_for_all_of_it(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The gateway answers GET /v1/workloads from a thread pool, and the console asks twice at
+    # once: a lookup racing the first read must not see a registry half read (it showed no
+    # workload). Each registration is slowed so the first reader is mid-read when the others
+    # ask.
+    slow = registry.register
+
+    def register(workload: Any, *, replace: bool = False) -> Any:
+        time.sleep(0.02)
+        return slow(workload, replace=replace)
+
+    monkeypatch.setattr(registry, "register", register)
+    start = threading.Barrier(4)
+    seen: list[list[str]] = []
+
+    def look() -> None:
+        start.wait()
+        seen.append(list_workloads())
+
+    threads = [threading.Thread(target=look) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    builtins = ["gemm", "montecarlo", "nbody", "stencil"]
+    assert len(seen) == 4
+    assert all(set(builtins) <= set(names) for names in seen), seen

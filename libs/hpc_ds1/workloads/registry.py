@@ -26,6 +26,10 @@ BUILTIN_MODULES = (
 )
 
 _lock = threading.Lock()
+# Held while the built-ins, plug-ins and files are first read: another thread (the gateway
+# answers requests from a thread pool) waits for the whole registry instead of seeing it half
+# read; re-entrant because reading a file looks the registry up again.
+_load_lock = threading.RLock()
 _registry: dict[str, Workload] = {}
 _sources: dict[str, str] = {}  # name -> "built-in", "plug-in <entry point>" or a file's path
 _errors: dict[str, str] = {}  # a plug-in or file that could not be loaded -> why
@@ -85,8 +89,13 @@ def preserved() -> Iterator[None]:
 
 
 def _load() -> None:
+    with _load_lock:
+        _load_once()
+
+
+def _load_once() -> None:
     global _loaded
-    if _loaded:
+    if _loaded:  # read, or being read by this thread (a file's lookup)
         return
     _loaded = True
     for module in BUILTIN_MODULES:
@@ -154,11 +163,12 @@ def use_home(home: str | Path) -> None:
 
 
 def _scan_pending() -> None:
-    while _pending:
-        folder = _pending.pop(0)
-        for path in discovery.home_files(folder):
-            if str(path) not in _sources.values():
-                _load_quietly(path)
+    with _load_lock:
+        while _pending:
+            folder = _pending.pop(0)
+            for path in discovery.home_files(folder):
+                if str(path) not in _sources.values():
+                    _load_quietly(path)
 
 
 def source_of(name: str) -> str:
