@@ -222,3 +222,41 @@ def test_pass_agreement_sees_a_load_on_one_pass_only() -> None:
     assert drifted["disagreement_median"] == pytest.approx(share * math.log(1.5), abs=5e-5)
     assert drifted["rank_correlation_median"] < 1.0
     assert pass_agreement([cell], {})["cells"] == 0  # nothing measured twice: nothing said
+
+
+def test_the_summary_names_the_sizes_that_hold_the_models_low_tail() -> None:
+    """A p10 over sessions weighs each size by its starts: the summary says, size by size,
+    where the model's sessions below its p10 lie, beside what exhaustive search scored there."""
+    ordered = sorted(CONFIGS, key=lambda c: (true_runtime(c), c.label()))
+    best, slowest = ordered[0], ordered[-1]
+    middling = next(c for c in reversed(ordered) if true_runtime(c) < true_runtime(slowest))
+    cells = [observed_cell(1, sigma=0.0), observed_cell(2, sigma=0.0)]
+    cells[1] = Cell("gemm", 2000, cells[1].points, frozenset())
+    outcomes = [outcome("model", c, best, (c, best)) for c in CONFIGS[:10]]
+    finals = [slowest, middling] + [best] * 8
+    outcomes += [
+        SessionOutcome("model", "gemm", 2000, c, f, 2, 0.0, ran=(c, f))
+        for c, f in zip(CONFIGS[:10], finals, strict=True)
+    ]
+    outcomes += [exhaustive_session(cell, CONFIGS[0], SPACE) for cell in cells]
+    exact = [noisy(random.Random(0), c, 5, 0.0) for c in CONFIGS]
+    truth = exact + [m.model_copy(update={"size": 2000}) for m in exact]
+    summary, _ = truth_summary(cells, outcomes, truth)
+
+    by_size = {r["size"]: r["sessions"] for r in summary["per_size"]}
+    assert by_size[1000]["model"] == {"sessions": 10, "pct_median": 100.0, "pct_p10": 100.0}
+    assert by_size[2000]["model"]["sessions"] == 10
+    assert by_size[2000]["model"]["pct_p10"] < 100.0 == by_size[2000]["model"]["pct_median"]
+    assert by_size[1000]["exhaustive"]["pct_median"] == 100.0
+
+    tail = summary["model_tail"]
+    worst = 100.0 * true_runtime(best) / true_runtime(slowest)
+    assert tail["p10"] == pytest.approx(
+        100.0 * true_runtime(best) / true_runtime(middling), abs=0.01
+    )
+    assert tail["below"] == 1 and [r["size"] for r in tail["sizes"]] == [2000]
+    (row,) = tail["sizes"]
+    assert row["below_p10"] == 1 and row["sessions"] == 10 and row["exhaustive_median"] == 100.0
+    assert worst < tail["p10"]
+    text = render_truth({**summary, "seed": 0})
+    assert "below the model's p10" in text and ": 1 of its sessions, at gemm 2000 1 of 10" in text

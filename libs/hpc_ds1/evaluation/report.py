@@ -7,6 +7,8 @@ from typing import Any
 
 from .headline import versus_note
 
+TAIL_SIZES_SHOWN = 4  # the sizes holding most of the model's low tail, named in the report
+
 
 def _cell(value: Any) -> str:
     if value is None:
@@ -162,7 +164,20 @@ def render_truth(t: dict[str, Any]) -> str:
         f"exhaustive search on the truth pass: mean {x['pct_mean']} % of the true best, "
         f"below 100 % at {x['cells_below_100']} of {x['cells']} sizes (min {x['pct_min']} %)"
     )
-    parts = [head, body, check, f"within noise: {t['noise']}"]
+    parts = [head, body, check]
+    tail = t.get("model_tail") or {}
+    if tail.get("sizes"):
+        where = "; ".join(
+            f"{r['workload']} {r['size']} {r['below_p10']} of {r['sessions']} (median "
+            f"{r['model_median']}, exhaustive {r['exhaustive_median']})"
+            for r in tail["sizes"][:TAIL_SIZES_SHOWN]
+        )
+        more = len(tail["sizes"]) - TAIL_SIZES_SHOWN
+        parts.append(
+            f"below the model's p10 ({tail['p10']}): {tail['below']} of its sessions, at {where}"
+            + (f"; {more} more sizes" if more > 0 else "")
+        )
+    parts.append(f"within noise: {t['noise']}")
     a = t.get("agreement") or {}
     if a.get("cells"):
         parts.append(

@@ -289,6 +289,64 @@ def pass_agreement(
     }
 
 
+TAIL_POLICIES = ("model", "model_live", "exhaustive", "random")
+
+
+def cell_sessions(scores: Sequence[TrueScore], workload: str, size: int) -> dict[str, Any]:
+    """Per policy, the true % of best of one size's sessions: where a policy's low tail lies."""
+    out: dict[str, Any] = {}
+    for policy in TAIL_POLICIES:
+        pcts = [
+            s.pct_of_best
+            for s in scores
+            if s.outcome.policy == policy
+            and s.outcome.workload == workload
+            and s.outcome.size == size
+        ]
+        if pcts:
+            out[policy] = {
+                "sessions": len(pcts),
+                "pct_median": _r(statistics.median(pcts)),
+                "pct_p10": _r(percentile(pcts, 0.10)),
+            }
+    return out
+
+
+def model_tail(
+    scores: Sequence[TrueScore], per_size: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Which sizes hold the model's sessions below its 10th percentile, most first: a p10 over
+    sessions weighs each size by its starts, so one size of a large space can hold it."""
+    mine = [s for s in scores if s.outcome.policy == "model"]
+    if not mine:
+        return {"p10": None, "sizes": []}
+    p10 = percentile([s.pct_of_best for s in mine], 0.10)
+    below: dict[Key, int] = {}
+    for s in mine:
+        if s.pct_of_best < p10:
+            key = (s.outcome.workload, s.outcome.size)
+            below[key] = below.get(key, 0) + 1
+    rows = []
+    for row in per_size:
+        n = below.get((row["workload"], row["size"]), 0)
+        if not n:
+            continue
+        sessions = row.get("sessions", {})
+        rows.append(
+            {
+                "workload": row["workload"],
+                "size": row["size"],
+                "below_p10": n,
+                "sessions": sessions.get("model", {}).get("sessions"),
+                "model_median": sessions.get("model", {}).get("pct_median"),
+                "exhaustive_median": sessions.get("exhaustive", {}).get("pct_median"),
+                "observed_best_pct_of_true_best": row.get("observed_best_pct_of_true_best"),
+            }
+        )
+    rows.sort(key=lambda r: (-r["below_p10"], r["workload"], r["size"]))
+    return {"p10": _r(p10), "below": sum(below.values()), "sizes": rows}
+
+
 def truth_summary(
     cells: Sequence[Cell],
     outcomes: Sequence[SessionOutcome],
@@ -323,6 +381,7 @@ def truth_summary(
                 if cell.best_config in points
                 else None,
                 "within_noise_of_true_best": len(tied),
+                "sessions": cell_sessions(scores, cell.workload, cell.size),
             }
         )
     spreads = sorted(p.spread for pts in truth.values() for p in pts.values())
@@ -347,6 +406,7 @@ def truth_summary(
             "exhaustive_check": exhaustive_check(scores),
             "agreement": pass_agreement(cells, truth),
             "per_size": per_size,
+            "model_tail": model_tail(scores, per_size),
         },
         scores,
     )
