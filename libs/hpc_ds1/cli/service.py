@@ -8,6 +8,7 @@ import asyncio
 from ..infra.home import Endpoints, check_nats_credentials, migrate, use_home
 from ..runtime import SERVICES, NatsUrls, install_stop_signals, run_loop, run_services
 from ..settings import Settings
+from ..stuck_exit import exit_if_stuck
 from . import UsageError
 from .common import add_home_argument, load_settings
 
@@ -47,4 +48,11 @@ def handle(args: argparse.Namespace) -> int:
 async def _one(name: str, settings: Settings, nats_url: NatsUrls, db_url: str) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    await run_services((name,), settings, nats_url, db_url, stop)
+    failed = True
+    try:
+        await run_services((name,), settings, nats_url, db_url, stop)
+        failed = False
+    finally:
+        # The service has stopped; a worker thread blocked in an abandoned call must not keep
+        # the process past its stop grace (compose kills it: exit 137).
+        exit_if_stuck(settings.shutdown_grace_s, 1 if failed else 0)
