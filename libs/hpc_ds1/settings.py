@@ -47,8 +47,9 @@ class Settings(BaseSettings):
         ge=1,
         le=300,
         description="On stop, how long the gateway lets requests in flight finish (a console's "
-        "live stream never does) before it cancels them; keep it under the deployment's stop "
-        "grace period (docker-compose.yml: 30 s).",
+        "live stream never does) before it cancels them, and how long a `hpc-ds1 service` "
+        "process may outlive its stopped service before it exits; keep it under the "
+        "deployment's stop grace period (docker-compose.yml: 30 s).",
     )
     metrics: bool = Field(
         default=True,
