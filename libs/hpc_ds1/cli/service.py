@@ -26,8 +26,17 @@ def handle(args: argparse.Namespace) -> int:
         # Alone, a service attaches to the home's owner or starts the embedded servers itself.
         try:
             with use_home(settings) as ends:
+                # No watchdog here: the embedded servers this process may have started are
+                # stopped after its service, and must not be cut short.
                 run_loop(
-                    _one(args.name, settings, ends.nats_url_for, ends.app_database_url()), settings
+                    _one(
+                        args.name,
+                        settings,
+                        ends.nats_url_for,
+                        ends.app_database_url(),
+                        watchdog=False,
+                    ),
+                    settings,
                 )
         except RuntimeError as error:
             raise UsageError(str(error)) from None
@@ -41,11 +50,16 @@ def handle(args: argparse.Namespace) -> int:
             migrate(Endpoints.external(settings))
     except RuntimeError as error:
         raise UsageError(str(error)) from None
-    run_loop(_one(args.name, settings, settings.nats_url, settings.database_url), settings)
+    run_loop(
+        _one(args.name, settings, settings.nats_url, settings.database_url, watchdog=True),
+        settings,
+    )
     return 0
 
 
-async def _one(name: str, settings: Settings, nats_url: NatsUrls, db_url: str) -> None:
+async def _one(
+    name: str, settings: Settings, nats_url: NatsUrls, db_url: str, *, watchdog: bool
+) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
     failed = True
@@ -55,4 +69,5 @@ async def _one(name: str, settings: Settings, nats_url: NatsUrls, db_url: str) -
     finally:
         # The service has stopped; a worker thread blocked in an abandoned call must not keep
         # the process past its stop grace (compose kills it: exit 137).
-        exit_if_stuck(settings.shutdown_grace_s, 1 if failed else 0)
+        if watchdog:
+            exit_if_stuck(settings.shutdown_grace_s, 1 if failed else 0)

@@ -292,24 +292,24 @@ def pass_agreement(
 TAIL_POLICIES = ("model", "model_live", "exhaustive", "random")
 
 
-def cell_sessions(scores: Sequence[TrueScore], workload: str, size: int) -> dict[str, Any]:
-    """Per policy, the true % of best of one size's sessions: where a policy's low tail lies."""
-    out: dict[str, Any] = {}
-    for policy in TAIL_POLICIES:
-        pcts = [
-            s.pct_of_best
-            for s in scores
-            if s.outcome.policy == policy
-            and s.outcome.workload == workload
-            and s.outcome.size == size
-        ]
-        if pcts:
-            out[policy] = {
-                "sessions": len(pcts),
-                "pct_median": _r(statistics.median(pcts)),
-                "pct_p10": _r(percentile(pcts, 0.10)),
+def cell_sessions(scores: Sequence[TrueScore]) -> dict[Key, dict[str, Any]]:
+    """Per size and policy, the true % of best of its sessions: where a policy's tail lies."""
+    pcts: dict[Key, dict[str, list[float]]] = {}
+    for s in scores:
+        if s.outcome.policy in TAIL_POLICIES:
+            key = (s.outcome.workload, s.outcome.size)
+            pcts.setdefault(key, {}).setdefault(s.outcome.policy, []).append(s.pct_of_best)
+    return {
+        key: {
+            policy: {
+                "sessions": len(values),
+                "pct_median": _r(statistics.median(values)),
+                "pct_p10": _r(percentile(values, 0.10)),
             }
-    return out
+            for policy, values in sorted(by_policy.items())
+        }
+        for key, by_policy in pcts.items()
+    }
 
 
 def model_tail(
@@ -361,6 +361,7 @@ def truth_summary(
     scores = score_sessions(
         cells, outcomes, truth, repeats=repeats, session_repeats=session_repeats
     )
+    sessions = cell_sessions(scores)
     per_size = []
     for cell in cells:
         points = truth.get((cell.workload, cell.size), {})
@@ -381,7 +382,7 @@ def truth_summary(
                 if cell.best_config in points
                 else None,
                 "within_noise_of_true_best": len(tied),
-                "sessions": cell_sessions(scores, cell.workload, cell.size),
+                "sessions": sessions.get((cell.workload, cell.size), {}),
             }
         )
     spreads = sorted(p.spread for pts in truth.values() for p in pts.values())
