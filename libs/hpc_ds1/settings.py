@@ -48,7 +48,8 @@ class Settings(BaseSettings):
         le=300,
         description="On stop, how long the gateway lets requests in flight finish (a console's "
         "live stream never does) before it cancels them, and how long a `hpc-ds1 service` "
-        "process may outlive its stopped service before it exits; keep it under the "
+        "process on external servers may outlive its stopped service before it exits; keep it "
+        "under the "
         "deployment's stop grace period (docker-compose.yml: 30 s).",
     )
     metrics: bool = Field(
