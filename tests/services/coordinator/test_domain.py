@@ -271,3 +271,35 @@ def test_a_pick_is_offered_once_where_system1_predicts_it_clearly_faster_and_nev
     assert pick_to_offer(picked, answer) is None  # once a session
     ran = replay([*started(), (3, decided(1, "RANKS_UP")), (4, step_run(1, far, 1.5))])
     assert pick_to_offer(ran, answer) is None  # the session ran it already
+
+
+def test_a_pick_that_ties_within_the_noise_is_kept_and_a_slower_one_is_a_miss() -> None:
+    from hpc_ds1.services.coordinator.domain import PICK
+
+    far = B
+    pick = SessionMoveDecided(**{**decided(1, PICK).model_dump(), "target": far})
+
+    def runs(*runtimes: tuple[float, str | None]) -> list:
+        out = [(3, pick)]
+        for i, (runtime, race) in enumerate(runtimes):
+            config = far if race in (None, "candidate") else A
+            run = step_run(1 + i, config, runtime, race).model_copy(update={"move": PICK})
+            out.append((4 + i, run))
+        return [*started(), *out]
+
+    flat = [(1.0, "incumbent"), (1.0, "candidate")] * 3
+    tied = resolve(replay(runs((0.995, None), *flat)))
+    assert tied.kept and tied.misses == 0 and tied.race is None
+    assert tied.verdict is not None and tied.verdict.within_noise  # kept on the tie, not won
+    slower = resolve(replay(runs((1.5, None))))
+    assert not slower.kept and slower.misses == 1  # clearly slower: reverted, a miss
+    # the same tie from an ordinary move is reverted within the noise (not a miss)
+    moved = with_run(
+        step_run(1, B, 0.995),
+        *[
+            step_run(2 + i, *r)
+            for i, r in enumerate([(A, 1.0, "incumbent"), (B, 1.0, "candidate")] * 3)
+        ],
+    )
+    ordinary = resolve(replay(moved))
+    assert not ordinary.kept and ordinary.misses == 0
