@@ -486,9 +486,19 @@ class Fleet:
             self.uploaded_runs(listed, d) >= self.setup_runs(d) for d in self.devices.values()
         )
 
-    def log_files(self) -> list[Path]:
-        """Every file any process of the fleet wrote: logs, homes (stores, databases, audit)."""
-        return [p for p in self.root.rglob("*") if p.is_file() and not p.is_symlink()]
+    def written(self) -> dict[Path, bytes]:
+        """Every file any process of the fleet wrote (logs, homes: stores, databases, audit),
+        each read once. The servers are still running, so a file listed may be gone when read
+        (Postgres rewrites its relation cache, pg_internal.init, at any moment): such a file
+        is left out, since it no longer holds anything."""
+        out: dict[Path, bytes] = {}
+        for path in self.root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                try:
+                    out[path] = path.read_bytes()
+                except FileNotFoundError:
+                    continue
+        return out
 
 
 def _start_coordinator(root: Path) -> tuple[Proc, int, dict[str, Any]]:
