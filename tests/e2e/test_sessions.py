@@ -114,10 +114,12 @@ async def test_an_automatic_session_reaches_a_config_at_least_as_fast_as_its_sta
             ).all()
     assert done["finish_reason"] in ("stop", "two_misses", "no_moves"), done
     kept = [e for e in events if e["type"] == "session.move_resolved" and e["kept"]]
-    assert all(e["p_faster"] >= 0.9 for e in kept)  # the keep rule (runner/keep.py)
-    if not any(r.get("race") for r in runs):
+    # the keep rule (runner/keep.py), and a PICK kept on a tie (domain.keeps_a_tied_pick)
+    tied_picks = [e for e in kept if e["p_faster"] < 0.9]
+    assert all(e["move"] == "PICK" and e["within_noise"] for e in tied_picks)
+    if not any(r.get("race") for r in runs) and not tied_picks:
         # one run each: a kept move was faster than the best; after a race, the best is the
-        # mean of its runs, which may sit above the start's single run
+        # mean of its runs, and a tied PICK's run, either may sit above the start's single run
         assert done["best_runtime_s"] <= done["start_runtime_s"]
     assert done["real_runs"] == len(runs) >= 1
     # Every runtime the session saw is a real run recorded as a measurement.
