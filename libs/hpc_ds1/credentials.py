@@ -21,6 +21,14 @@ once, for its own device credential (POST /v1/fleet/join). It is shown only on t
 GET /v1/fleet/join-token serves it only to an admin calling from loopback. `hpc-ds1 token join
 --rotate` revokes it and makes a new one; a revoked one is replaced on the next start.
 
+A join token runs out, as kubeadm's bootstrap tokens do: its token.created event carries when it
+expires and how many devices may join with it (`token join --rotate --ttl 24h --uses 10`; the
+one `serve` makes: settings join_token_ttl_s and join_token_uses, 24 h and 10). Each join
+appends token.used before the device is registered, only while the token's history in the log
+shows it unexpired with a use left and with that history's last sequence expected, so no number
+of gateways joining at once passes the cap. A join token that expired or was used up is
+replaced on the next start like a revoked one; until then joins are refused, saying which.
+
 The one-time login token (`serve` prints `http://HOST:PORT/?token=...`, `hpc-ds1 token login`
 prints a fresh one) is stored only as its hash; the gateway accepts it once, mints a browser
 token of role admin for the home's owner (a `token.created` event like any other: listed and
@@ -36,6 +44,8 @@ import os
 import re
 import socket
 import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Literal
 
@@ -43,8 +53,9 @@ from sqlalchemy import Engine, select
 
 from .bus import ConcurrencyConflict, EventBus
 from .db import tables
-from .events import TokenCreated, envelope
+from .events import Envelope, TokenCreated, TokenRevoked, TokenUsed, envelope, typed
 from .log import get_logger
+from .settings import Settings
 from .tokens import HOLDER_PATTERN, new_token, new_token_id, token_hash
 
 log = get_logger("credentials")
@@ -55,6 +66,156 @@ JOIN_TOKEN_FILE: Final = "join.token"
 JOIN_HOLDER: Final = "fleet-join"
 LOGIN_HASH_FILE: Final = "login.sha256"
 _TOKEN_TEXT = re.compile(r"^[A-Za-z0-9_\-]{16,128}$")
+
+
+def _setting_bounds(name: str) -> tuple[int, int]:
+    """The (ge, le) bounds of a settings field: one place says what a join token may be."""
+    metadata = Settings.model_fields[name].metadata
+    low = next(int(m.ge) for m in metadata if getattr(m, "ge", None) is not None)
+    high = next(int(m.le) for m in metadata if getattr(m, "le", None) is not None)
+    return low, high
+
+
+# A join token's lifetime (s) and number of uses: bounds and the defaults `serve` uses.
+JOIN_TTL_S: Final = _setting_bounds("join_token_ttl_s")
+JOIN_USES: Final = _setting_bounds("join_token_uses")
+JOIN_TTL_DEFAULT_S: Final = float(Settings.model_fields["join_token_ttl_s"].default)
+JOIN_USES_DEFAULT: Final = int(Settings.model_fields["join_token_uses"].default)
+NEW_JOIN_TOKEN: Final = (
+    "make a new one on the coordinator with `hpc-ds1 token join --rotate [--ttl 24h] [--uses 10]`"
+)
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^(?:\d{1,6}[smhd])+$")
+
+
+def duration_text(seconds: float) -> str:
+    """`90000` -> `1d1h`: the largest units, at most two."""
+    left, parts = round(seconds), list[str]()
+    for unit, size in sorted(_UNITS.items(), key=lambda kv: -kv[1]):
+        if left >= size and len(parts) < 2:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"
+
+
+def parse_ttl(text: str) -> float:
+    """A join token's lifetime from `30m`, `24h`, `7d` or `1h30m` (units s, m, h, d), in
+    seconds; ValueError saying what is allowed for anything else or out of bounds."""
+    value = text.strip().lower()
+    low, high = JOIN_TTL_S
+    bounds = f"from {duration_text(low)} to {duration_text(high)}"
+    if not _DURATION.match(value):
+        raise ValueError(f"{text!r} is not a duration: use e.g. 30m, 24h or 7d ({bounds})")
+    seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhd])", value))
+    if not low <= seconds <= high:
+        raise ValueError(f"{text!r} is out of bounds: a join token lasts {bounds}")
+    return float(seconds)
+
+
+def parse_uses(text: str) -> int:
+    """A join token's number of uses, within JOIN_USES; ValueError otherwise."""
+    low, high = JOIN_USES
+    try:
+        uses = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number of uses ({low} to {high})") from None
+    if not low <= uses <= high:
+        raise ValueError(f"{uses} uses is out of bounds: a join token admits {low} to {high}")
+    return uses
+
+
+@dataclass(frozen=True)
+class TokenLimits:
+    """A token's expiry, cap and uses so far, from its history in the log (authoritative: what
+    a join checks) or from its row in the tokens table (what is shown)."""
+
+    token_id: str
+    expires_at: datetime | None = None
+    max_uses: int | None = None
+    uses: int = 0
+    revoked: bool = False
+
+    @property
+    def uses_left(self) -> int | None:
+        return None if self.max_uses is None else max(0, self.max_uses - self.uses)
+
+    def state(self, now: datetime | None = None) -> str:
+        """'revoked', 'expired', 'spent' or 'active'."""
+        if self.revoked:
+            return "revoked"
+        if self.expires_at is not None and (now or datetime.now(UTC)) >= self.expires_at:
+            return "expired"
+        if self.max_uses is not None and self.uses >= self.max_uses:
+            return "spent"
+        return "active"
+
+    def problem(self, now: datetime | None = None) -> str | None:
+        """Why the join token cannot be used now, and how to get a new one; None when it can."""
+        state = self.state(now)
+        what = f"the join token {self.token_id}"
+        if state == "revoked":
+            return f"{what} was revoked: {NEW_JOIN_TOKEN}"
+        if state == "expired":
+            assert self.expires_at is not None
+            return f"{what} expired at {utc_text(self.expires_at)}: {NEW_JOIN_TOKEN}"
+        if state == "spent":
+            return f"{what} was used {self.uses} of {self.max_uses} times: {NEW_JOIN_TOKEN}"
+        return None
+
+    def describe(self, now: datetime | None = None) -> str:
+        """`expires 2026-12-03 09:00:00 UTC (in 23h59m), 8 of 10 uses left`, or the problem."""
+        problem = self.problem(now)
+        if problem is not None:
+            return problem
+        parts = []
+        if self.expires_at is not None:
+            left = (self.expires_at - (now or datetime.now(UTC))).total_seconds()
+            parts.append(f"expires {utc_text(self.expires_at)} (in {duration_text(left)})")
+        else:
+            parts.append("never expires")
+        if self.max_uses is not None:
+            parts.append(f"{self.uses_left} of {self.max_uses} uses left")
+        else:
+            parts.append("no cap on uses")
+        return ", ".join(parts)
+
+
+def utc_text(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def limits_of_history(history: list[tuple[int, Envelope]]) -> TokenLimits | None:
+    """A token's limits from its events (token.created, .used, .revoked); None without its
+    token.created."""
+    limits: TokenLimits | None = None
+    for _, env in history:
+        event = typed(env)
+        if isinstance(event, TokenCreated):
+            limits = TokenLimits(event.token_id, event.expires_at, event.max_uses)
+        elif limits is None:
+            continue
+        elif isinstance(event, TokenUsed):
+            limits = TokenLimits(
+                limits.token_id, limits.expires_at, limits.max_uses, limits.uses + 1, limits.revoked
+            )
+        elif isinstance(event, TokenRevoked):
+            limits = TokenLimits(
+                limits.token_id, limits.expires_at, limits.max_uses, limits.uses, True
+            )
+    return limits
+
+
+def token_limits(engine: Engine, token: str) -> TokenLimits | None:
+    """A registered token's limits as projected (None for an unknown token). Blocking (DB)."""
+    t = tables.tokens
+    query = select(t.c.token_id, t.c.expires_at, t.c.max_uses, t.c.uses, t.c.revoked).where(
+        t.c.sha256 == token_hash(token)
+    )
+    with engine.connect() as conn:
+        row = conn.execute(query).first()
+    if row is None:
+        return None
+    return TokenLimits(row.token_id, row.expires_at, row.max_uses, row.uses, row.revoked)
 
 
 class CredentialError(Exception):
@@ -195,11 +356,15 @@ def rotate_join_token(home: Path) -> str:
     return _rotate_token_file(home, join_token_path(home))
 
 
+# What a join token in the file needs to be replaced by a new one on `serve`'s start.
+DEAD: Final = frozenset({"revoked", "expired", "spent"})
+
+
 def current_join_token(home: Path, engine: Engine) -> str:
-    """The join token to show: the file's, replaced by a new one when it was revoked (the
-    gateway registers it when it starts). Blocking (file, DB)."""
+    """The join token to show: the file's, replaced by a new one when it was revoked, expired
+    or used up (the gateway registers it when it starts). Blocking (file, DB)."""
     token = ensure_join_token(home)
-    if token_state(engine, token) == "revoked":
+    if token_state(engine, token) in DEAD:
         token = rotate_join_token(home)
     return token
 
@@ -260,13 +425,10 @@ def consume_login_token(home: Path, token: str) -> bool:
 
 
 def token_state(engine: Engine, token: str) -> str | None:
-    """'active' or 'revoked' for a registered token, None for an unknown one. Blocking (DB)."""
-    t = tables.tokens
-    with engine.connect() as conn:
-        row = conn.execute(select(t.c.revoked).where(t.c.sha256 == token_hash(token))).first()
-    if row is None:
-        return None
-    return "revoked" if row.revoked else "active"
+    """'active', 'revoked', 'expired' or 'spent' (the last two: a join token past its limits, as
+    projected) for a registered token, None for an unknown one. Blocking (DB)."""
+    limits = token_limits(engine, token)
+    return None if limits is None else limits.state()
 
 
 async def publish_token(
@@ -279,12 +441,20 @@ async def publish_token(
     token_id: str | None = None,
     source: str = "gateway",
     wait_s: float = 10.0,
+    ttl_s: float | None = None,
+    max_uses: int | None = None,
 ) -> bool:
     """Register `token` (a token.created event) and wait up to `wait_s` for the projector to
     fold it. With a `token_id`, only when that token has no history yet (idempotent). True once
-    the token is active."""
+    the token is active. `ttl_s`, `max_uses`: a join token's limits (None: none)."""
+    expires_at = None if ttl_s is None else datetime.now(UTC) + timedelta(seconds=ttl_s)
     event = TokenCreated(
-        token_id=token_id or new_token_id(), holder=holder, role=role, sha256=token_hash(token)
+        token_id=token_id or new_token_id(),
+        holder=holder,
+        role=role,
+        sha256=token_hash(token),
+        expires_at=expires_at,
+        max_uses=max_uses,
     )
     env = envelope(event, actor=holder, source=source, prefix=bus.prefix)
     try:
@@ -333,18 +503,25 @@ async def register_cli_token(
 
 
 async def register_join_token(
-    bus: EventBus, engine: Engine, home: Path, wait_s: float = 30.0
+    bus: EventBus,
+    engine: Engine,
+    home: Path,
+    wait_s: float = 30.0,
+    *,
+    ttl_s: float = JOIN_TTL_DEFAULT_S,
+    uses: int = JOIN_USES_DEFAULT,
 ) -> bool:
     """Make sure the home's join token exists and is an active token of role join, holder
-    `fleet-join` (created, registered and replaced when revoked like the CLI token). True once
-    it is active. The token itself is never logged; only its public id."""
+    `fleet-join` (created, registered and replaced when revoked, expired or used up; a new one
+    lasts `ttl_s` and admits `uses` devices). True once it is active. The token itself is never
+    logged; only its public id."""
     token = await asyncio.to_thread(ensure_join_token, home)
     state = await asyncio.to_thread(token_state, engine, token)
     if state == "active":
         return True
-    if state == "revoked":
+    if state in DEAD:
         token = await asyncio.to_thread(rotate_join_token, home)
-        log.info("join_token_rotated", reason="the previous one was revoked")
+        log.info("join_token_rotated", reason=f"the previous one was {state}")
     active = await publish_token(
         bus,
         engine,
@@ -353,6 +530,8 @@ async def register_join_token(
         role="join",
         token_id=join_token_id(token),
         wait_s=wait_s,
+        ttl_s=ttl_s,
+        max_uses=uses,
     )
     log.info("join_token_registered", token_id=join_token_id(token), active=active)
     return active

@@ -42,6 +42,32 @@ class Settings(BaseSettings):
         description="How long the gateway keeps an active token without asking Postgres again; "
         "its token.revoked event ends it at once. 0: every request looks its token up.",
     )
+    # The gateway's limits per client address (services/gateway/ratelimit.py); 0: no limit.
+    auth_failures_per_minute: int = Field(
+        default=60,
+        ge=0,
+        le=1_000_000,
+        description="Failed authentications (unknown or revoked tokens, used login links) the "
+        "gateway takes from one client address a minute, as many at once; past them a request "
+        "with a credential from there gets 429 with Retry-After until one is allowed again "
+        "(one every 60/N s). Loopback too: a valid token never needs many failures. 0: no limit.",
+    )
+    joins_per_minute: int = Field(
+        default=10,
+        ge=0,
+        le=1_000_000,
+        description="POST /v1/fleet/join calls the gateway takes from one client address a "
+        "minute, as many at once (429 with Retry-After past them; an agent waits and tries "
+        "again). Callers on this machine (loopback without a forwarded header) are not limited: "
+        "a fleet brought up here may join 1,000 agents at once. 0: no limit.",
+    )
+    forwarded_allow_ips: str = Field(
+        default="",
+        description="The reverse proxies whose X-Forwarded-For and X-Forwarded-Proto the "
+        "gateway believes: comma-separated addresses or networks ('*': any). Empty: none, the "
+        "client is the socket's peer. Behind a proxy name it, else every caller is the proxy "
+        "(one rate limit for all of them, a login cookie over HTTPS not marked Secure).",
+    )
     shutdown_grace_s: int = Field(
         default=10,
         ge=1,
@@ -134,6 +160,19 @@ class Settings(BaseSettings):
     max_task_attempts: int = Field(
         default=3, ge=1, le=20, description="Devices a task may fail on before it fails."
     )
+    # The bounds are hpc_ds1.credentials' JOIN_TTL_S and JOIN_USES (`token join --ttl/--uses`).
+    join_token_ttl_s: float = Field(
+        default=86400.0,
+        ge=60,
+        le=365 * 86400,
+        description="How long the join token `serve` makes lasts (s; kubeadm's default, 24 h).",
+    )
+    join_token_uses: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="How many devices the join token `serve` makes may join.",
+    )
     fleet_device: bool = Field(
         default=True,
         description="The local agent serves the fleet (heartbeats, its task queue). False in the "
@@ -145,6 +184,21 @@ class Settings(BaseSettings):
         ge=1 << 20,
         le=1 << 30,
         description="Largest ONNX model an agent may upload (413 beyond it).",
+    )
+    model_vet_memory_mb: int = Field(
+        default=1024,
+        ge=512,
+        le=64 << 10,
+        description="Address space (MB) of the child process that first loads and runs an "
+        "uploaded model (hpc_ds1.model.vetting): a model needing more is refused. The child's "
+        "Python and onnxruntime take about 400 MB of it.",
+    )
+    model_vet_timeout_s: float = Field(
+        default=30.0,
+        ge=1,
+        le=600,
+        description="Wall time (s) that child may take to load an uploaded model and run it "
+        "on a few rows (starting it takes 1-2 s); past it the child is killed, the model refused.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
@@ -162,6 +216,23 @@ class Settings(BaseSettings):
         if not _NAME.match(value):
             raise ValueError(f"{value!r}: use letters, digits, '_' or '-' only")
         return value
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxies(cls, value: str) -> str:
+        import ipaddress
+
+        proxies = [p.strip() for p in value.split(",") if p.strip()]
+        for proxy in proxies:
+            if proxy == "*":
+                continue
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{proxy!r} is not an address or a network (e.g. 10.0.0.5, 10.0.0.0/8, ::1, *)"
+                ) from None
+        return ",".join(proxies)
 
     @property
     def dead_letter_stream(self) -> str:

@@ -67,7 +67,9 @@ class Coordinator:
                 data = (await store.get(artifact)).data or b""
             if len(self._models) >= 8:
                 self._models.clear()
-            self._models[version] = await asyncio.to_thread(Model.from_onnx, data)
+            self._models[version] = await asyncio.to_thread(
+                Model.from_untrusted, data, self.ctx.settings.max_model_bytes
+            )
         return self._models[version]
 
     async def recommended_start(

@@ -183,7 +183,9 @@ class DecisionService:
                 f"{MODELS_BUCKET}_{self.ctx.settings.stream}"
             )
             data = (await store.get(key)).data or b""
-        model = await asyncio.to_thread(Model.from_onnx, data)
+        model = await asyncio.to_thread(
+            Model.from_untrusted, data, self.ctx.settings.max_model_bytes
+        )
         self._models[device_id] = model
         return model
 

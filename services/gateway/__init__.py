@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy import Engine
 
+from hpc_ds1.bus import EventBus
 from hpc_ds1.credentials import register_cli_token, register_join_token
 from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
@@ -52,12 +57,28 @@ def _listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     return listener
 
 
+def proxy_headers(forwarded_allow_ips: str) -> dict[str, Any]:
+    """uvicorn's options for forwarded headers: believed only from the proxies named (settings'
+    forwarded_allow_ips). uvicorn's own default believes X-Forwarded-For and X-Forwarded-Proto
+    from loopback (any local process could then pose as any address); none named: off."""
+    if not forwarded_allow_ips:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": forwarded_allow_ips}
+
+
 async def _register_credentials(ctx: ServiceContext, app: FastAPI) -> None:
     """The home's CLI credential (credentials/cli.token) as an admin token of the home's owner,
     then the fleet's join token (made on the first start). /readyz says ready only once both are
     active, so nothing told "ready" meets a refused CLI token; tried again until they are.
     Logged, never raised."""
-    pending = {"CLI": register_cli_token, "join": register_join_token}
+    settings = ctx.settings
+    join = functools.partial(
+        register_join_token, ttl_s=settings.join_token_ttl_s, uses=settings.join_token_uses
+    )
+    pending: dict[str, Callable[[EventBus, Engine, Path], Awaitable[bool]]] = {
+        "CLI": register_cli_token,
+        "join": join,
+    }
     while pending:
         problems: list[str] = []
         for what, register in list(pending.items()):
@@ -96,6 +117,7 @@ async def _serve(ctx: ServiceContext) -> None:
         timeout_graceful_shutdown=ctx.settings.shutdown_grace_s,
         # Which replica answered (a container's hostname, then the pid).
         headers=[(REPLICA_HEADER, f"{socket.gethostname()}/{os.getpid()}")],
+        **proxy_headers(ctx.settings.forwarded_allow_ips),
     )
     server = _EmbeddedServer(config)
     # Binding here turns a busy port into a clear error instead of uvicorn's sys.exit.

@@ -6,11 +6,13 @@ the credential's holder, never a field of the body: a device acts only as itself
 
 - GET  /v1/agent/work?wait=S           long-poll for the next WorkItem of this device (204 after
                                        S seconds with none); refreshes the heartbeat meanwhile.
-- POST /v1/agent/heartbeat             what it runs and holds (liveness KV, server time).
+- POST /v1/agent/heartbeat             what it runs (its own task only) and holds (liveness KV,
+                                       server time).
 - POST /v1/agent/tasks/{id}/started    the current attempt started.
 - POST /v1/agent/tasks/{id}/result     the attempt's result: a measurement (purpose "task") and
                                        task.finished or task.run_failed.
-- POST /v1/agent/measurements          its own measurements (≤ 5000 per call), de-duplicated.
+- POST /v1/agent/measurements          its own measurements (≤ 5000 per call), de-duplicated;
+                                       runtimes that cannot be true refused (fleet/plausible).
 - POST /v1/agent/model                 its own model (raw ONNX), stored in the model bucket.
 
 The long-poll bridges to the device's durable pull consumer on the work stream (fleet/work.py):
@@ -80,6 +82,7 @@ from hpc_ds1.space import without_block_0
 from hpc_ds1.tokens import Principal
 
 from .auth import require
+from .plausibility import Claimed, refusals
 from .schemas import (
     E404,
     E409,
@@ -88,6 +91,7 @@ from .schemas import (
     AgentResultOut,
     MeasurementsUploaded,
     ModelUploaded,
+    RefusedMeasurement,
 )
 from .tasks_api import TaskId, task_state
 
@@ -277,10 +281,24 @@ def _model_row(engine: Engine, version: str) -> dict[str, Any] | None:
     return dict(row) if row is not None else None
 
 
-def _load_model(data: bytes) -> None:
-    from hpc_ds1.model import Model  # onnxruntime: imported on the first upload, in a thread
+def _model_refused(data: bytes, settings: Settings) -> str | None:
+    """Why model.vetting refuses the upload (its static check, then a child process under a
+    memory and time cap loads and runs it), in our words; None: accepted. The gateway never
+    builds a session from an upload itself (issue 41: a 156-byte model took it to 2.35 GB; a
+    model's external data made it read a file, and onnxruntime's error told of it)."""
+    # imported on the first upload, in this thread: onnx and onnxruntime take a second
+    from hpc_ds1.model.vetting import UnsafeModel, vet
 
-    Model.from_onnx(data)
+    try:
+        vet(
+            data,
+            settings.max_model_bytes,
+            settings.model_vet_memory_mb,
+            settings.model_vet_timeout_s,
+        )
+    except UnsafeModel as error:
+        return str(error)
+    return None
 
 
 # --- the work queues -----------------------------------------------------------------------
@@ -638,6 +656,27 @@ async def _current_task(
     return row, None
 
 
+async def _check_running(engine: Engine, device: str, task_id: str) -> None:
+    """A heartbeat speaks only for the device's own task: one whose current attempt is placed
+    on this device (placed, running, or just ended there: a beat sent as the run ended). Raises
+    403 otherwise. The device got the task only once its row showed it placed here, so a row
+    that does not is waited for (up to LAG_WAIT_S: a projection being rebuilt) only to be sure."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LAG_WAIT_S
+    while True:
+        row = await asyncio.to_thread(task_state, engine, task_id)
+        if row is not None and row["device_id"] == device:
+            return
+        if loop.time() >= deadline:
+            break
+        await asyncio.sleep(0.05)
+    if row is None:
+        why = "there is no such task"
+    else:
+        why = f"attempt {row['attempt']} is on {row['device_id'] or 'no device'} ({row['status']})"
+    raise HTTPException(403, f"{device} may not report running task {task_id}: {why}")
+
+
 def install_agent_api(app: FastAPI, settings: Settings, bus: EventBus, engine: Engine) -> None:
     """Add the /v1/agent/* routes; `close_agent_polls(app)` ends their open polls (call it
     when the gateway stops, before the server waits for the requests in flight)."""
@@ -683,7 +722,11 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
 
     @router.post("/v1/agent/heartbeat", status_code=204, responses=WRITE_ERRORS)
     async def heartbeat(body: HeartbeatBody, device: Device) -> Response:
-        """What the device runs and holds; stored with the server's time (liveness bucket)."""
+        """What the device runs and holds; stored with the server's time (liveness bucket).
+        `running` must be its own task (placed on it): another's is refused (403)."""
+        known = bridge._reported.get(device)
+        if body.running is not None and (known is None or known.running != body.running):
+            await _check_running(engine, device, body.running)  # checked once per task
         await bridge.report(device, body)
         return Response(status_code=204)
 
@@ -730,6 +773,21 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         if len(row["failures"] or []) >= body.attempt:
             return AgentResultOut(recorded=False, why=before)  # this attempt's failure is in
         result = TaskResult.model_validate(body.model_dump(mode="json"))
+        why: str | None = None
+        if body.status == "ok" and body.runtime_s is not None:
+            claim = Claimed(row["workload"], row["size"], body.runtime_s, result.config)
+            (why,) = await asyncio.to_thread(refusals, engine, device, [claim])
+            if why is not None:
+                # Not a measurement anyone may use: the attempt failed (the coordinator
+                # requeues the task elsewhere), and the device is told why.
+                error = f"its reported runtime is refused: {why}"
+                result = TaskResult(
+                    attempt=body.attempt, status="failed", config=result.config, error=error
+                )
+        # The device's own estimate (placement may have counted an unverified one higher).
+        placement = row["placement"] if isinstance(row["placement"], dict) else {}
+        claimed_s = placement.get("claimed_s")
+        own_estimate = claimed_s if isinstance(claimed_s, int | float) else row["expected_s"]
         measured, outcome = _split(
             task_events(
                 task_id,
@@ -737,7 +795,7 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
                 result,
                 workload=row["workload"],
                 size=row["size"],
-                expected_s=row["expected_s"],
+                expected_s=own_estimate,
                 actor=device,
                 source="gateway",
                 prefix=settings.subject_prefix,
@@ -748,6 +806,13 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         # appends completes on its retry, and a complete one is stored once either way.
         fresh = await append(bus, outcome) or fresh
         await bridge.running(device, None, finished=task_id)
+        if why is not None:
+            log.warning("task_result_refused", device_id=device, task_id=task_id, why=why)
+            raise HTTPException(
+                422,
+                f"the result of attempt {body.attempt} of task {task_id} is refused: {why}; "
+                "it is recorded as a failed run",
+            )
         kept = measurement_id if result.ran else None
         if not fresh:
             return AgentResultOut(recorded=False, measurement_id=kept, why=before)
@@ -759,14 +824,27 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
     @router.post(MEASUREMENTS_PATH, responses=WRITE_ERRORS)
     async def measurements(body: MeasurementsBody, device: Device) -> MeasurementsUploaded:
         """The device's own measurements (at most 5000 a call), recorded under its identity:
-        one already recorded (by measurement_id) is counted as known, not appended again."""
+        one already recorded (by measurement_id) is counted as known, not appended again. A
+        runtime that cannot be true (faster than the device's claimed hardware, or far ahead of
+        the fleet's verified runtimes of the job) is refused: listed with why, not recorded;
+        the others are."""
         unique: dict[str, MeasurementIn] = {}
+        given: dict[str, str] = {}  # our id -> the device's own
         for m in body.measurements:
             # A home's ids (setup:<hardware id>:...) are the same on identical machines: each
             # device's are its own, so one device can neither shadow nor squat another's.
             own = f"{device}:{m.measurement_id}"
+            given.setdefault(own, m.measurement_id)
             unique.setdefault(own, m.model_copy(update={"measurement_id": own}))
         known = await asyncio.to_thread(_known_measurements, engine, list(unique))
+        fresh = [m for m in unique.values() if m.measurement_id not in known]
+        timed = [m for m in fresh if m.status == "ok" and m.runtime_s is not None]
+        claims = [
+            Claimed(m.workload, m.size, float(m.runtime_s or 0.0), m.config.model_dump())
+            for m in timed
+        ]
+        whys = await asyncio.to_thread(refusals, engine, device, claims)
+        refused = {m.measurement_id: why for m, why in zip(timed, whys, strict=True) if why}
         envs = [
             _envelope(
                 settings,
@@ -774,15 +852,25 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
                 f"measurement-{m.measurement_id}",
                 device,
             )
-            for m in unique.values()
-            if m.measurement_id not in known
+            for m in fresh
+            if m.measurement_id not in refused
         ]
         accepted = 0
         for start in range(0, len(envs), 256):
             chunk = envs[start : start + 256]
             accepted += sum(await asyncio.gather(*(append(bus, e) for e in chunk)))
+        listed = [RefusedMeasurement(measurement_id=given[k], why=v) for k, v in refused.items()]
+        in_body = sum(1 for m in body.measurements if f"{device}:{m.measurement_id}" in refused)
+        if refused:
+            log.warning(
+                "measurements_refused", device_id=device, refused=len(refused), first=listed[0].why
+            )
         log.info("measurements_uploaded", device_id=device, accepted=accepted)
-        return MeasurementsUploaded(accepted=accepted, known=len(body.measurements) - accepted)
+        return MeasurementsUploaded(
+            accepted=accepted,
+            known=len(body.measurements) - accepted - in_body,
+            refused=listed,
+        )
 
     @router.post(
         MODEL_PATH,
@@ -807,10 +895,11 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
             None, max_length=MAX_METRICS_BYTES, description="Its metrics, a JSON object."
         ),
     ) -> ModelUploaded:
-        """The device's own model: the ONNX file as the body. Checked (SHA-256, loads as an
-        hpc_ds1 model), stored in the model bucket as `<device>/<version>.onnx` and published
-        as model version `<device>:<version>`. The same version again is accepted once more,
-        with the same bytes only."""
+        """The device's own model: the ONNX file as the body. Checked (SHA-256; vetted by
+        hpc_ds1.model.vetting before anything runs it, 422 saying what was wrong), stored in the
+        model bucket as `<device>/<version>.onnx` and published as model version
+        `<device>:<version>`. The same version again is accepted once more, with the same bytes
+        only."""
         metrics = _metrics(x_model_metrics)
         data = await request.body()
         if not data:
@@ -825,13 +914,9 @@ def agent_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
                 409,
                 f"model {model_version} is already published with other bytes: use a new version",
             )
-        try:
-            await asyncio.to_thread(_load_model, data)
-        except Exception as error:
-            raise _invalid(
-                f"the body is not an hpc_ds1 ONNX model ({type(error).__name__}: "
-                f"{str(error)[:200]})"
-            ) from None
+        refused = await asyncio.to_thread(_model_refused, data, settings)
+        if refused is not None:
+            raise _invalid(f"the body is not an hpc_ds1 ONNX model we accept: {refused}")
         artifact = f"{device}/{version}.onnx"
         store = await models_bucket(bus.js, settings)
         assert store is not None

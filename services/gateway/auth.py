@@ -15,6 +15,13 @@ cannot set). The cookie itself is HttpOnly and SameSite=Strict.
 
 Tokens are never logged or echoed; only their public ids are.
 
+Failed authentication is limited per client address (ratelimit.py): past
+HPC_DS1_AUTH_FAILURES_PER_MINUTE unknown or revoked credentials from one address (the one-time
+login token's exchange included), every request from there that carries a credential gets 429
+with Retry-After, before any lookup, until the address has an allowance again (one comes back
+every 60/N s; a valid credential spends none). A flood is logged as its first line per address
+and minute, then a count. POST /v1/fleet/join is limited per address too (`limit_joins`).
+
 Wiring (in create_app): `install_auth(app, settings, engine, bus)` once, then the dependencies
 `Depends(require("engineer"))`, `Depends(authenticated)`."""
 
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -37,6 +44,7 @@ from hpc_ds1.log import get_logger
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import ROLES, Principal, lookup, new_token, role_allows
 
+from .ratelimit import QuietLog, RateLimiter, client_address, retry_after, this_machine
 from .schemas import ERRORS_401_403, ErrorBody
 from .token_cache import TokenCache
 
@@ -60,6 +68,10 @@ class AuthContext:
     bus: EventBus | None = None
     # With a bus, tokens are remembered between requests and revoked by their events.
     tokens: TokenCache | None = None
+    # Per client address: failed authentications, joins, and the log lines of failures.
+    failures: RateLimiter = field(default_factory=lambda: RateLimiter(0))
+    joins: RateLimiter = field(default_factory=lambda: RateLimiter(0))
+    quiet: QuietLog = field(default_factory=QuietLog)
 
 
 def install_auth(
@@ -68,7 +80,14 @@ def install_auth(
     """Give the auth dependencies the tokens table (and the bus the login exchange needs)."""
     keep = settings.token_cache_s
     tokens = TokenCache(engine, bus, keep) if bus is not None and keep > 0 else None
-    app.state.auth = AuthContext(settings, engine, bus, tokens)
+    app.state.auth = AuthContext(
+        settings,
+        engine,
+        bus,
+        tokens,
+        failures=RateLimiter(settings.auth_failures_per_minute),
+        joins=RateLimiter(settings.joins_per_minute),
+    )
 
 
 def _context(request: Request) -> AuthContext:
@@ -106,20 +125,83 @@ def same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc.lower() == host.lower()
 
 
-async def _identify(request: Request, need: str) -> Principal:
-    """The caller's Principal; 401 without a credential or with an unknown or revoked one."""
-    found = _credential(request)
-    if found is None:
-        raise HTTPException(401, f"this needs a {need} token: {_HOW}", _CHALLENGE)
-    token, via = found
+def _rejected(context: AuthContext, request: Request, address: str, reason: str, **kw: str) -> None:
+    """Log a failed authentication: the first per address per minute; the others are counted,
+    and the count is logged once that minute is over (the request log leaves them out too)."""
+    first, over = context.quiet.note(address)
+    for other, unlogged in over:
+        log.info(
+            "auth_rejected_more", client=other, count=unlogged, window_s=context.quiet.window_s
+        )
+    if first:
+        log.info("auth_rejected", reason=reason, client=address, path=request.url.path, **kw)
+    else:
+        request.state.unlogged = True
+
+
+def _too_many_failures(context: AuthContext, request: Request) -> str:
+    """The client's address; 429 when it has no failed authentication left."""
+    address = client_address(request)
+    wait = context.failures.wait(address)
+    if wait > 0:
+        _rejected(context, request, address, "too many failed authentications")
+        per_minute = context.failures.per_minute
+        raise HTTPException(
+            429,
+            f"too many failed authentications from this address ({per_minute} a minute, "
+            f"HPC_DS1_AUTH_FAILURES_PER_MINUTE): retry in {retry_after(wait)['Retry-After']} s "
+            "with a valid token",
+            retry_after(wait),
+        )
+    return address
+
+
+async def limit_joins(request: Request) -> None:
+    """A dependency of POST /v1/fleet/join: 429 past HPC_DS1_JOINS_PER_MINUTE joins from one
+    address. Callers on this machine (loopback, no forwarded header) are not limited: a fleet
+    brought up here (a simulation, the tests) joins as fast as it likes."""
     context = _context(request)
+    if this_machine(request):
+        return
+    address = client_address(request)
+    wait = context.joins.spend(address)
+    if wait > 0:
+        log.info("join_rate_limited", client=address, retry_after_s=round(wait, 1))
+        raise HTTPException(
+            429,
+            f"too many joins from this address ({context.joins.per_minute} a minute, "
+            f"HPC_DS1_JOINS_PER_MINUTE): retry in {retry_after(wait)['Retry-After']} s",
+            retry_after(wait),
+        )
+
+
+async def verify(request: Request, token: str, via: str, *, spend: bool = True) -> Principal | None:
+    """The holder of `token` (active, not revoked), or None (a failed authentication of the
+    caller's address, logged; `spend=False`: not counted, the caller tries it otherwise too);
+    429 while the address has no failed authentication left, before any lookup. For every
+    route that looks a credential up, the console's pages too."""
+    context = _context(request)
+    address = _too_many_failures(context, request)
     principal = (
         await context.tokens.principal(token)
         if context.tokens is not None
         else await asyncio.to_thread(lookup, context.engine, token)
     )
+    if principal is None and spend:
+        context.failures.spend(address)
+        _rejected(context, request, address, "unknown or revoked token", via=via)
+    return principal
+
+
+async def _identify(request: Request, need: str) -> Principal:
+    """The caller's Principal; 401 without a credential or with an unknown or revoked one;
+    429 while the caller's address has no failed authentication left."""
+    found = _credential(request)
+    if found is None:
+        raise HTTPException(401, f"this needs a {need} token: {_HOW}", _CHALLENGE)
+    token, via = found
+    principal = await verify(request, token, via)
     if principal is None:
-        log.info("auth_rejected", reason="unknown or revoked token", via=via, path=request.url.path)
         raise HTTPException(
             401,
             "unknown or revoked token: ask an admin for a new one (hpc-ds1 token create)"
@@ -215,9 +297,19 @@ async def login_exchange(request: Request, token: str) -> RedirectResponse | JSO
     """GET /?token=<one-time token>: trade it, once, for a session cookie holding a fresh admin
     token of the home's owner (registered like any token: listed and revocable), then back to /."""
     context = _context(request)
+    address = client_address(request)
+    wait = context.failures.wait(address)
+    if wait > 0:
+        _rejected(context, request, address, "too many failed authentications")
+        body = ErrorBody(
+            error="too many failed authentications from this address: retry in "
+            f"{retry_after(wait)['Retry-After']} s"
+        )
+        return JSONResponse(body.model_dump(), status_code=429, headers=retry_after(wait))
     used = await asyncio.to_thread(consume_login_token, context.settings.home, token)
     if not used:
-        log.info("login_rejected", reason="unknown or used one-time token")
+        context.failures.spend(address)
+        _rejected(context, request, address, "unknown or used one-time login token")
         body = ErrorBody(
             error="this login link was already used or is not valid: run `hpc-ds1 token login` "
             "on the home for a new one"

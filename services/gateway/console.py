@@ -51,7 +51,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import PERSON_ROLES, Principal, lookup
 
 from .audit_api import query_stats
-from .auth import SESSION_COOKIE, _credential, login_exchange, require, same_origin
+from .auth import SESSION_COOKIE, _credential, login_exchange, require, same_origin, verify
 from .schemas import ERRORS_401_403
 
 log = get_logger("gateway.console")
@@ -370,7 +370,7 @@ def install_console(
         if found is None:
             return None
         token, via = found
-        principal = await asyncio.to_thread(lookup, engine, token)
+        principal = await verify(request, token, via)  # 429 past the failures of its address
         if principal is None:
             return (
                 "This browser's session is no longer valid (signed out, or its token was "
@@ -406,7 +406,8 @@ def install_console(
         token = (values.get("token") or [""])[0].strip()
         if not token:
             return signin_page("Paste a token first.", status=400)
-        principal = await asyncio.to_thread(lookup, engine, token)
+        # Not counted as a failure here: the one-time login exchange below counts it.
+        principal = await verify(request, token, "form", spend=False)
         if principal is not None:
             if principal.role not in PERSON_ROLES:
                 return signin_page(
@@ -425,7 +426,7 @@ def install_console(
             )
             return response
         exchanged = await login_exchange(request, token)
-        if exchanged.status_code == 303:
+        if exchanged.status_code in (303, 429):
             return exchanged
         return signin_page(
             "That token is not valid: it is unknown, revoked, or a login link already used "

@@ -91,6 +91,12 @@ class Device(BaseModel):
     queued: int = Field(description="Tasks placed on it, not started yet.")
     last_heartbeat_s: float | None = Field(description="Seconds since its last heartbeat.")
     registered_at: str
+    off_estimates: int = Field(
+        default=0,
+        description="Its finished tasks whose runtime was far from its own estimate (more than "
+        "hpc_ds1.fleet.plausible.OFF_ESTIMATE_FACTOR times either way).",
+    )
+    off_estimate: str | None = Field(default=None, description="The last of them: how far off.")
 
 
 class Devices(BaseModel):
@@ -251,6 +257,8 @@ def _view(
         queued=found["queued"].get(device_id, 0),
         last_heartbeat_s=since,
         registered_at=row["registered_at"].isoformat(),
+        off_estimates=int(row.get("off_estimates") or 0),
+        off_estimate=row.get("off_estimate"),
     )
 
 

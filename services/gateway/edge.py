@@ -63,7 +63,9 @@ async def send_json(
 class RequestLog:
     """Gives every request an id (the caller's `x-request-id` when it is 1-64 letters, digits,
     '_' or '-'; else a new one), puts it on the response, logs one line per request with its
-    status, and turns an unhandled exception into a JSON 500 naming only the request id."""
+    status, and turns an unhandled exception into a JSON 500 naming only the request id. A
+    failed authentication the auth log counts instead of logging it (`request.state.unlogged`,
+    under a flood) gets no line here either."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -116,7 +118,7 @@ class RequestLog:
             if error is not None:
                 fields["error"] = f"{type(error).__name__}: {error}"[:500]
                 log.error("request", **fields)
-            else:
+            elif not (scope.get("state") or {}).get("unlogged"):
                 log.info("request", **fields)
 
 

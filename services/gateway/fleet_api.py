@@ -7,6 +7,13 @@ this machine. A device credential is an `agent` token whose holder is the device
 the device sends later acts as that device and nothing else. A join names a device that does not
 exist yet; a device that restarts keeps its stored credential instead of joining again.
 
+A join token expires and admits a number of devices (token.created's expires_at and max_uses).
+A join reads the token's history from the log, refuses it (401, saying which) when it expired
+or was used up, and appends token.used with the history's last sequence expected before the
+device is registered: of joins racing on any number of gateways, the ones past the cap find
+the history moved, read it again and are refused. (A join whose name another join takes in the
+same instant gets 409 with its use spent.)
+
 Neither token is ever logged or put in an event: the log holds only their SHA-256 (token.created,
 which the events API does not serve) and their public ids."""
 
@@ -14,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import random
 import re
 import secrets
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
@@ -23,16 +32,24 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from sqlalchemy import Engine, select
 
 from hpc_ds1.bus import ConcurrencyConflict, EventBus
-from hpc_ds1.credentials import join_command, reachable_host, read_join_token, wait_active
+from hpc_ds1.credentials import (
+    NEW_JOIN_TOKEN,
+    join_command,
+    limits_of_history,
+    reachable_host,
+    read_join_token,
+    token_limits,
+    wait_active,
+)
 from hpc_ds1.db import tables
-from hpc_ds1.events import DeviceRegistered, TokenCreated, envelope
+from hpc_ds1.events import DeviceRegistered, Envelope, TokenCreated, TokenUsed, envelope
 from hpc_ds1.hardware import GPU, Fingerprint
 from hpc_ds1.log import get_logger
 from hpc_ds1.requests import SAFE_ID_RULE, SafeId
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, new_token_id, token_hash
 
-from .auth import require
+from .auth import limit_joins, require
 from .schemas import E409, E503, ERRORS_401_403, WRITE_ERRORS
 
 log = get_logger("gateway.fleet")
@@ -40,6 +57,9 @@ log = get_logger("gateway.fleet")
 # How long a join waits for the projector to fold the new credential (so the agent's next call
 # authenticates); past it the credential is still returned: it becomes valid once folded.
 JOIN_WAIT_S = 10.0
+# Appends of token.used tried before a join gives up (503): each round of racing joins lets at
+# least one through, so this many joins at once on one token all get their answer.
+USE_TRIES = 64
 HOSTNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.\-_]{0,252}$"
 _NOT_ID = re.compile(r"[^A-Za-z0-9_\-]+")
 # Tabs are kept (MPICH's version line has them); other control characters are refused.
@@ -119,6 +139,14 @@ class JoinToken(BaseModel):
     token: str
     server: str = Field(description="The URL devices reach this gateway at.")
     command: str = Field(description="What to run on a device to join it.")
+    token_id: str | None = Field(default=None, description="Its public id (None: not registered).")
+    expires_at: datetime | None = Field(default=None, description="None: it never expires.")
+    max_uses: int | None = Field(default=None, description="None: no cap.")
+    uses_left: int | None = Field(default=None, description="None: no cap.")
+    state: str | None = Field(
+        default=None, description="active, expired, spent or revoked (None: not registered yet)."
+    )
+    problem: str | None = Field(default=None, description="Why it cannot join a device now.")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -155,24 +183,66 @@ def _taken(engine: Engine, name: str) -> str | None:
     return None
 
 
+def refuse_spent(token_id: str, history: list[tuple[int, Envelope]]) -> None:
+    """401 saying why, when the join token's history shows it expired, used up or revoked."""
+    limits = limits_of_history(history)
+    problem = (
+        f"the join token {token_id} is not in the log: {NEW_JOIN_TOKEN}"
+        if limits is None
+        else limits.problem(datetime.now(UTC))
+    )
+    if problem is not None:
+        log.info("join_refused", join_token_id=token_id, reason=problem)
+        raise HTTPException(401, problem, {"WWW-Authenticate": "Bearer"})
+
+
 def fleet_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
     router = APIRouter(tags=["fleet"])
 
-    async def claim(body: JoinBody) -> str:
+    async def use(token_id: str, device_id: str, history: list[tuple[int, Envelope]]) -> str:
+        """Spend one use of the join token on `device_id`: token.used, appended only while the
+        token's history is still `history` (read again after anyone else appended); 401 when
+        it expired, was used up or revoked. Returns the token.used event's id."""
+        for attempt in range(USE_TRIES):
+            if attempt:
+                await asyncio.sleep(random.uniform(0, 0.005 * min(attempt, 10)))
+                history = await bus.history("token", token_id)
+            refuse_spent(token_id, history)
+            used = envelope(
+                TokenUsed(token_id=token_id, device_id=device_id),
+                actor=device_id,
+                source="gateway",
+                prefix=bus.prefix,
+            )
+            try:
+                await bus.publish(used, expected_version=history[-1][0])
+                return used.id
+            except ConcurrencyConflict:
+                continue  # another join (or a revocation) came first: read it again
+        raise HTTPException(503, "too many joins at once with this join token; try again")
+
+    async def claim(body: JoinBody, joiner: Principal) -> str:
         """Register the device under a free id: the device.registered event goes in only when
-        the device has no history (two joins with one name: the second gets 409)."""
+        the device has no history (two joins with one name: the second gets 409), and only
+        after one use of the join token was spent on it (`use`; refused first when none is
+        left)."""
         fingerprint = body.fingerprint.model_dump(mode="json")
+        history = await bus.history("token", joiner.token_id)
+        refuse_spent(joiner.token_id, history)
         for _ in range(5):
             device_id = body.name or device_id_for(body.hostname)
             why = await asyncio.to_thread(_taken, engine, device_id)
             if why is None:
+                used = await use(joiner.token_id, device_id, history)
                 event = DeviceRegistered(
                     device_id=device_id,
                     hostname=body.hostname,
                     fingerprint={**fingerprint, "device_id": device_id},
                     local=False,
                 )
-                env = envelope(event, actor=device_id, source="gateway", prefix=bus.prefix)
+                env = envelope(
+                    event, actor=device_id, source="gateway", prefix=bus.prefix, causation_id=used
+                )
                 try:
                     await bus.publish(env, expected_version=0)
                     return device_id
@@ -191,12 +261,15 @@ def fleet_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         "/v1/fleet/join",
         status_code=201,
         responses={**WRITE_ERRORS, **E409, **E503},
+        dependencies=[Depends(limit_joins)],  # 429 past HPC_DS1_JOINS_PER_MINUTE, before auth
     )
     async def join(body: JoinBody, joiner: Joiner) -> JoinAnswer:
         """Trade the join token (`Authorization: Bearer <join token>`) for this device's own
-        credential: an agent token whose holder is the device id. Publishes device.registered
-        (local false) and token.created, and waits until the credential is accepted."""
-        device_id = await claim(body)
+        credential: an agent token whose holder is the device id. Spends one of the join
+        token's uses (token.used; 401 when it expired or was used up), publishes
+        device.registered (local false) and token.created, and waits until the credential is
+        accepted."""
+        device_id = await claim(body, joiner)
         token, token_id = new_token(), new_token_id()
         created = TokenCreated(
             token_id=token_id, holder=device_id, role="agent", sha256=token_hash(token)
@@ -230,8 +303,9 @@ def fleet_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         is then sent to them. The seed's rule is that it is "shown only to this machine", as
         `serve` prints it on its own terminal: an admin credential that leaked (a browser
         session, a token copied elsewhere) must not be enough to hand it out to another host.
-        The peer address is the socket's, never a forwarded header; behind a reverse proxy on
-        this machine every caller looks local, which is why the admin role is needed as well."""
+        The peer address is the socket's, never a forwarded header (unless its proxy is named
+        in HPC_DS1_FORWARDED_ALLOW_IPS); behind a reverse proxy on this machine not named there
+        every caller looks local, which is why the admin role is needed as well."""
         client = request.client.host if request.client else None
         if not is_loopback(client):
             log.info("join_token_refused", who=admin.name, reason="not loopback", client=client)
@@ -248,6 +322,19 @@ def fleet_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         server = f"http://{host}:{port}" if port else f"http://{host}"
         response.headers["Cache-Control"] = "no-store"
         log.info("join_token_shown", who=admin.name, token_id=admin.token_id)
-        return JoinToken(token=token, server=server, command=join_command(server, token))
+        limits = await asyncio.to_thread(token_limits, engine, token)
+        shown = JoinToken(token=token, server=server, command=join_command(server, token))
+        if limits is None:
+            return shown
+        return shown.model_copy(
+            update={
+                "token_id": limits.token_id,
+                "expires_at": limits.expires_at,
+                "max_uses": limits.max_uses,
+                "uses_left": limits.uses_left,
+                "state": limits.state(),
+                "problem": limits.problem(),
+            }
+        )
 
     return router

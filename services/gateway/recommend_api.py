@@ -97,7 +97,7 @@ class Models:
             if store is None:
                 raise HTTPException(409, f"model {version} is not in the model store")
             data = (await store.get(artifact)).data or b""
-        model = await asyncio.to_thread(Model.from_onnx, data)
+        model = await asyncio.to_thread(Model.from_untrusted, data, self.settings.max_model_bytes)
         with self._lock:
             if len(self._loaded) >= MODELS_KEPT:
                 self._loaded.clear()

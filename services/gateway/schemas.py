@@ -43,9 +43,16 @@ E409: Responses = {409: _error("Conflicts with the current state.")}
 E413: Responses = {413: _error("The body is larger than the gateway accepts.")}
 E422: Responses = {422: _error("Invalid input: which field and what is accepted.")}
 E503: Responses = {503: _error("A service it needs did not answer in time.")}
-ERRORS_401_403: Responses = {**E401, **E403}
-READ_ERRORS: Responses = {**E401, **E403, **E422}
-WRITE_ERRORS: Responses = {**E400, **E401, **E403, **E413, **E422}
+E429: Responses = {
+    429: _error(
+        "Too many failed authentications (or joins) from this address: retry after the "
+        "Retry-After header's seconds."
+    )
+}
+# Every call with a credential may meet the limit on failed authentications: 429 goes with 401.
+ERRORS_401_403: Responses = {**E401, **E403, **E429}
+READ_ERRORS: Responses = {**E401, **E403, **E422, **E429}
+WRITE_ERRORS: Responses = {**E400, **E401, **E403, **E413, **E422, **E429}
 
 
 class AuditRow(BaseModel):
@@ -153,6 +160,14 @@ class TaskPlacementOut(BaseModel):
     guard_rejected: bool
     candidates: list[dict[str, Any]]
     attempt: int | None
+    verified: bool | None = Field(
+        default=None,
+        description="Whether the device had run the job for the fleet; false: its estimate "
+        "was its own claim, counted no faster than the verified best less the fleet's spread.",
+    )
+    claimed_s: float | None = Field(
+        default=None, description="The device's own estimate, when expected_s counts it higher."
+    )
 
 
 class TaskResultOut(BaseModel):
@@ -161,6 +176,10 @@ class TaskResultOut(BaseModel):
     runtime_s: float | None
     expected_s: float | None
     measurement_id: str | None
+    off_estimate: str | None = Field(
+        default=None,
+        description="Set when the runtime was far from the device's own estimate: how far.",
+    )
 
 
 class TaskOut(BaseModel):
@@ -207,9 +226,19 @@ class AgentResultOut(BaseModel):
     why: str | None = None
 
 
+class RefusedMeasurement(BaseModel):
+    measurement_id: str = Field(description="The id as the device sent it.")
+    why: str = Field(description="Why its runtime cannot be true.")
+
+
 class MeasurementsUploaded(BaseModel):
     accepted: int = Field(description="New measurements appended to the log.")
     known: int = Field(description="Already recorded (by measurement_id): not appended again.")
+    refused: list[RefusedMeasurement] = Field(
+        default_factory=list,
+        description="Not recorded: a runtime faster than the device's claimed hardware could "
+        "run the job, or far ahead of the fleet's verified runtimes of it.",
+    )
 
 
 class ModelUploaded(BaseModel):

@@ -64,6 +64,8 @@ _PLACEMENT_FIELDS: Final = (
     "guard_rejected",
     "candidates",
     "attempt",
+    "verified",
+    "claimed_s",
 )
 
 Viewer = Annotated[Principal, Depends(require("viewer"))]
@@ -153,6 +155,7 @@ def task_json(row: dict[str, Any]) -> dict[str, Any]:
             "runtime_s": row["runtime_s"],
             "expected_s": row["expected_s"],
             "measurement_id": row["measurement_id"],
+            "off_estimate": row.get("off_estimate"),
         }
     return {
         "task_id": row["task_id"],

@@ -14,7 +14,17 @@ connection and a query on every request (the largest part of the gateway's time 
   off) anyway, so a revocation that never came as an event (a row changed in Postgres by hand)
   takes effect within it.
 
-Unknown and revoked tokens are never kept: a new token works as soon as it is projected."""
+A token found unknown or revoked is remembered as refused (by its SHA-256, at most
+MAX_REFUSED of them, the oldest forgotten first) for `refused_s` (the same HPC_DS1_TOKEN_CACHE_S),
+so a flood of one wrong token costs one lookup per `refused_s`, not one per request. A token that
+becomes valid is not refused for longer:
+
+- every `token.created` event reaches the gateway on a core NATS subscription too; it forgets
+  the refusal of that SHA-256 at once, and for `refused_s` after it no lookup that misses the
+  token (the projector has not folded it yet) is remembered;
+- the same rules as above: nothing refused is kept or served while the NATS connection is down
+  or after it came back, and a token made in Postgres without an event (by hand) works within
+  `refused_s`."""
 
 from __future__ import annotations
 
@@ -36,6 +46,8 @@ log = get_logger("gateway.auth")
 
 TTL_S = 2.0  # the default of settings.token_cache_s: the longest a revocation unseen as an event
 MAX_ENTRIES = 10_000  # then everything is forgotten at once (one lookup per token again)
+MAX_REFUSED = 10_000  # refused tokens remembered; then the oldest is forgotten first
+MAX_CREATED = 10_000  # token.created hashes remembered for refused_s; then the oldest goes
 
 
 @dataclass(frozen=True)
@@ -51,8 +63,13 @@ class TokenCache:
         self.ttl_s = ttl_s
         self.revoked: set[str] = set()  # token ids revoked since this gateway subscribed
         self.lookups = 0  # Postgres lookups made (the tests and the docs count them)
+        self.refused_s = ttl_s  # how long a token found unknown or revoked is refused unasked
+        self.refusals = 0  # requests refused from memory, without a lookup
         self._entries: dict[str, _Entry] = {}
+        self._refused: dict[str, float] = {}  # sha256 -> refused until (monotonic), oldest first
+        self._created: dict[str, float] = {}  # sha256 -> when its token.created came, oldest first
         self._sub: Subscription | None = None
+        self._created_sub: Subscription | None = None
         self._starting = asyncio.Lock()
         self._reconnects = 0
         self._flights: SingleFlight[Principal | None] = SingleFlight()
@@ -65,6 +82,8 @@ class TokenCache:
             if self._sub is None:
                 subject = f"{self.bus.prefix}.token.*.revoked"
                 sub = await self.bus.nc.subscribe(subject, cb=self._revoked)
+                created = f"{self.bus.prefix}.token.*.created"
+                self._created_sub = await self.bus.nc.subscribe(created, cb=self._made)
                 await self.bus.nc.flush()  # the server has the subscription: nothing is missed
                 self._reconnects = self._reconnect_count()
                 self._sub = sub
@@ -73,6 +92,9 @@ class TokenCache:
         if self._sub is not None:
             sub, self._sub = self._sub, None
             await sub.unsubscribe()
+        if self._created_sub is not None:
+            made, self._created_sub = self._created_sub, None
+            await made.unsubscribe()
 
     async def _revoked(self, msg: Any) -> None:
         try:
@@ -85,6 +107,18 @@ class TokenCache:
                 k: e for k, e in self._entries.items() if e.principal.token_id != token_id
             }
 
+    async def _made(self, msg: Any) -> None:
+        try:
+            sha256 = orjson.loads(msg.data)["data"]["sha256"]
+        except Exception:  # not an envelope: nothing to forget
+            return
+        if isinstance(sha256, str):
+            self._refused.pop(sha256, None)
+            self._created.pop(sha256, None)
+            self._created[sha256] = time.monotonic()
+            while len(self._created) > MAX_CREATED:
+                del self._created[next(iter(self._created))]
+
     def _reconnect_count(self) -> int:
         return int(self.bus.nc.stats.get("reconnects", 0))
 
@@ -92,13 +126,28 @@ class TokenCache:
         """Whether a revocation would reach this gateway now; forgets everything if it may
         have missed one (the connection is down, or came back since)."""
         if self._sub is None or not self.bus.nc.is_connected:
-            self._entries.clear()
+            self._forget()
             return False
         reconnects = self._reconnect_count()
         if reconnects != self._reconnects:
-            self._entries.clear()
+            self._forget()
             self._reconnects = reconnects
         return True
+
+    def _forget(self) -> None:
+        self._entries.clear()
+        self._refused.clear()
+
+    def _refuse(self, key: str, now: float) -> None:
+        """Remember `key` as refused, unless its token.created came within refused_s (the
+        projector may not have folded it yet)."""
+        made = self._created.get(key)
+        if made is not None and now - made < self.refused_s:
+            return
+        self._refused.pop(key, None)
+        self._refused[key] = now + self.refused_s
+        while len(self._refused) > MAX_REFUSED:
+            del self._refused[next(iter(self._refused))]
 
     async def _lookup(self, token: str) -> Principal | None:
         self.lookups += 1
@@ -115,9 +164,18 @@ class TokenCache:
         if entry is not None and time.monotonic() < entry.expires:
             if entry.principal.token_id not in self.revoked:
                 return entry.principal
+        refused = self._refused.get(key) if trusted else None
+        if refused is not None:
+            if time.monotonic() < refused:
+                self.refusals += 1
+                return None
+            del self._refused[key]
         found = await self._flights.do(key, lambda: self._lookup(token))
         if found is None or found.token_id in self.revoked:
             self._entries.pop(key, None)
+            # Kept only if no token.created can have been missed while Postgres was asked.
+            if trusted and self.bus.nc.is_connected and self._reconnect_count() == self._reconnects:
+                self._refuse(key, time.monotonic())
             return None
         # Kept only if no revocation can have been missed while Postgres was asked.
         if trusted and self.bus.nc.is_connected and self._reconnect_count() == self._reconnects:

@@ -254,7 +254,9 @@ class PlacementService:
             data = found.data or b""
             if len(data) > self.settings.max_model_bytes:
                 raise ValueError(f"{len(data)} bytes, over {self.settings.max_model_bytes}")
-            model = await asyncio.to_thread(Model.from_onnx, data)
+            model = await asyncio.to_thread(
+                Model.from_untrusted, data, self.settings.max_model_bytes
+            )
         except Exception as error:
             self._model_errors[version] = repr(error)[:300]
             log.warning(

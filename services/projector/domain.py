@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Table, func, literal
+from sqlalchemy import ColumnElement, Table, exists, func, literal
 from sqlalchemy.dialects.postgresql import JSONB
 
 from hpc_ds1.audit import audit_record, parse_exact
@@ -41,10 +41,12 @@ from hpc_ds1.events import (
     TaskWaiting,
     TokenCreated,
     TokenRevoked,
+    TokenUsed,
     decode,
     typed,
 )
 from hpc_ds1.events.codec import envelope_of
+from hpc_ds1.fleet.plausible import off_estimate
 from hpc_ds1.fleet.tasks import ACTIVE, DONE, failure_reason
 
 
@@ -211,21 +213,35 @@ def _task_started(seq: int, env: Envelope, e: TaskStarted) -> list[Write]:
 
 
 def _task_finished(seq: int, env: Envelope, e: TaskFinished) -> list[Write]:
-    return [
+    current = (_t.c.attempt == e.attempt, _t.c.device_id == e.device_id, _t.c.status.in_(_ACTIVE))
+    off = off_estimate(e.runtime_s, e.expected_s)
+    writes: list[Write] = []
+    if off is not None:
+        # Counted on the device while the task's row still takes this result (once: the task
+        # update that follows makes it finished).
+        d = tables.devices
+        row = {
+            "device_id": e.device_id,
+            "off_estimates": d.c.off_estimates + 1,
+            "off_estimate": storable(f"task {e.task_id}: {off}", 1000),
+        }
+        taking = exists().where(_t.c.task_id == e.task_id, *current)
+        writes.append(Write(d, "update", row, where=(taking,)))
+    writes.append(
         _task_update(
             seq,
             env,
             e.task_id,
-            _t.c.attempt == e.attempt,
-            _t.c.device_id == e.device_id,
-            _t.c.status.in_(_ACTIVE),
+            *current,
             status="finished",
             config=e.config,
             runtime_s=e.runtime_s,
             measurement_id=e.measurement_id,
             finished_at=env.time,
+            off_estimate=off,
         )
-    ]
+    )
+    return writes
 
 
 def _task_run_failed(seq: int, env: Envelope, e: TaskRunFailed) -> list[Write]:
@@ -400,6 +416,7 @@ def _token_created(seq: int, env: Envelope, e: TokenCreated) -> list[Write]:
         "created_by": env.actor,
         "created_at": env.time,
         "revoked": False,
+        "uses": 0,
         "seq": seq,
     }
     return [Write(tables.tokens, "insert", row)]
@@ -407,6 +424,13 @@ def _token_created(seq: int, env: Envelope, e: TokenCreated) -> list[Write]:
 
 def _token_revoked(seq: int, env: Envelope, e: TokenRevoked) -> list[Write]:
     return [Write(tables.tokens, "update", {"token_id": e.token_id, "revoked": True, "seq": seq})]
+
+
+def _token_used(seq: int, env: Envelope, e: TokenUsed) -> list[Write]:
+    # Counted once: the row's seq moves past this event's with the count.
+    tk = tables.tokens
+    row = {"token_id": e.token_id, "uses": tk.c.uses + 1, "seq": seq}
+    return [Write(tk, "update", row, where=(tk.c.seq < seq,))]
 
 
 PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
@@ -428,6 +452,7 @@ PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
     ApprovalDecided: _approval_decided,
     TokenCreated: _token_created,
     TokenRevoked: _token_revoked,
+    TokenUsed: _token_used,
     TaskSubmitted: _task_submitted,
     TaskPlaced: _task_placed,
     TaskWaiting: _task_waiting,

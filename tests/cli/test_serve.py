@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -127,14 +130,26 @@ def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
         assert "answered 409" in recommend.stderr and "no model" in recommend.stderr
         owner = json.loads((home / "owner.json").read_text())
         assert not owner["nats_url"].endswith(":4222")
+        # Its output is no terminal: a one-time login URL comes from `hpc-ds1 token login`.
+        login = subprocess.run(
+            [HPC_DS1, "token", "login", "--json"],
+            env={**env, "HPC_DS1_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert login.returncode == 0, login.stderr
+        login_url = json.loads(login.stdout)["url"]
+        assert login_url.startswith(f"{url}/?token=hds1_")
+        one_time = login_url.split("?token=")[1]
+        assert httpx.get(login_url, follow_redirects=False).status_code == 303
     finally:
         output = stop(first, signal.SIGINT)
     assert f"Console   {url}/" in output
-    login = [line for line in output.splitlines() if line.startswith("  Log in    ")]
-    assert len(login) == 1 and f"{url}/?token=hds1_" in login[0]
-    one_time = login[0].split("?token=")[1].split()[0]
+    login_lines = [line for line in output.splitlines() if line.startswith("  Log in    ")]
+    assert login_lines == ["  Log in    `hpc-ds1 token login` prints a one-time login URL"]
     cli_token = (home / "credentials" / "cli.token").read_text().strip()
-    assert output.count(one_time) == 1 and cli_token not in output  # printed once, never logged
+    assert one_time not in output and cli_token not in output  # never logged
     assert (home / "nats" / "jetstream").is_dir() and (home / "postgres" / "PG_VERSION").exists()
     assert not (home / "owner.json").exists()
     audit_lines = (home / "audit.jsonl").read_text().splitlines()
@@ -187,6 +202,83 @@ def test_serve_uses_external_servers_when_configured(
     finally:
         stop(process)
     assert not (home / "nats").exists() and not (home / "postgres").exists()
+
+
+def external_env(nats_url: str, database_url: str) -> dict[str, str]:
+    tag = os.urandom(4).hex()
+    return {
+        "HPC_DS1_NATS_URL": nats_url,
+        "HPC_DS1_DATABASE_URL": database_url,
+        "HPC_DS1_STREAM": f"BAN_{tag}",
+        "HPC_DS1_SUBJECT_PREFIX": f"ban{tag}",
+    }
+
+
+def serve_on_terminal(home: Path, port: int, env: dict[str, str], until: str) -> str:
+    """`hpc-ds1 serve` with its stdout on a terminal (a pty) until it printed `until`, then
+    stopped; what the terminal showed."""
+    main_fd, terminal = pty.openpty()
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+    full.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(port), HPC_DS1_LOG_JSON="true", **env)
+    with (home.parent / "serve-on-terminal.err").open("w") as err:
+        process = subprocess.Popen([HPC_DS1, "serve"], env=full, stdout=terminal, stderr=err)
+    os.close(terminal)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 240
+        while until.encode() not in shown:
+            assert time.monotonic() < deadline and process.poll() is None, shown.decode()
+            ready, _, _ = select.select([main_fd], [], [], 1.0)
+            if ready:
+                shown += os.read(main_fd, 65536)
+        wait_ready(f"http://127.0.0.1:{port}", process)  # type: ignore[arg-type]
+    finally:
+        process.send_signal(signal.SIGINT)
+        while True:  # drain, so that serve never blocks on a full terminal
+            ready, _, _ = select.select([main_fd], [], [], 1.0)
+            try:
+                chunk = os.read(main_fd, 65536) if ready else b""
+            except OSError:  # the terminal closed: serve exited
+                break
+            shown += chunk
+            if not chunk and process.poll() is not None:
+                break
+        process.wait(60)
+        os.close(main_fd)
+    assert process.returncode == 0, shown.decode()
+    return shown.decode().replace("\r\n", "\n")
+
+
+def test_serve_shows_the_join_token_and_login_url_on_a_terminal_and_in_no_log(
+    tmp_path: Path, nats_url: str, database_url: str
+) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    env = external_env(nats_url, database_url)
+    # stdout to a file, as a service manager or `serve > serve.log` has it.
+    log_file = tmp_path / "serve.log"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
+    full.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(port), HPC_DS1_LOG_JSON="true", **env)
+    with log_file.open("w") as out:
+        process = subprocess.Popen([HPC_DS1, "serve"], env=full, stdout=out, stderr=out)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", process)  # type: ignore[arg-type]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(60)
+    assert process.returncode == 0
+    logged = log_file.read_text()
+    join_token = (home / "credentials" / "join.token").read_text().strip()
+    assert join_token.startswith("hds1_") and join_token not in logged
+    assert "?token=" not in logged and "hds1_" not in logged  # no token of any kind
+    assert "  Log in    `hpc-ds1 token login` prints a one-time login URL" in logged
+    assert "  Join      `hpc-ds1 token join` prints the command that joins a device" in logged
+
+    # On a terminal (this machine's own), both are shown.
+    shown = serve_on_terminal(home, port, env, until="  Join      ")
+    server = f"http://127.0.0.1:{port}"
+    assert f"  Join      hpc-ds1 agent --server {server} --token {join_token}" in shown
+    assert re.search(rf"^  Log in    {server}/\?token=hds1_\S+$", shown, re.MULTILINE), shown
 
 
 def test_a_second_serve_is_refused_and_a_killed_one_leaves_no_server_behind(

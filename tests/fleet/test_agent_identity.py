@@ -41,16 +41,23 @@ class Coordinator:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []  # (method, path, bearer)
         self.joins = 0
+        self.busy_joins = 0  # joins answered 429 first (the gateway's limit per address)
         self.revoked = False
         self.beat = asyncio.Event()  # the transport answers on the test's event loop
         self.result_failures: list[Callable[[], httpx.Response]] = []
         self.results: list[dict[str, Any]] = []
+        self.beats: list[dict[str, Any]] = []  # heartbeat bodies accepted
+        self.refuse_running = False  # 403 a heartbeat naming a task (not this device's now)
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
         path = request.url.path
         self.calls.append((request.method, path, bearer))
         if path == "/v1/fleet/join":
+            if self.busy_joins:
+                self.busy_joins -= 1
+                body = {"error": "too many joins from this address"}
+                return httpx.Response(429, json=body, headers={"Retry-After": "1"})
             if bearer != JOIN_TOKEN:
                 return httpx.Response(401, json={"error": "invalid or revoked token"})
             self.joins += 1
@@ -69,6 +76,11 @@ class Coordinator:
         if bearer != DEVICE_TOKEN or self.revoked:
             return httpx.Response(401, json={"error": "invalid or revoked token"})
         if path == "/v1/agent/heartbeat":
+            body = json.loads(request.content)
+            if self.refuse_running and body.get("running"):
+                why = f"dev-a may not report running task {body['running']}: attempt 2 is on dev-b"
+                return httpx.Response(403, json={"error": why})
+            self.beats.append(body)
             self.beat.set()
             return httpx.Response(204)
         if path == "/v1/agent/work":
@@ -145,6 +157,18 @@ async def test_an_agent_joins_once_and_a_restart_keeps_its_identity(
         assert secret not in logged.out + logged.err
 
 
+async def test_a_join_past_the_coordinators_limit_waits_its_retry_after(tmp_path: Path) -> None:
+    coordinator = Coordinator()
+    coordinator.busy_joins = 2
+    agent = agent_for(tmp_path, coordinator)
+    started = asyncio.get_running_loop().time()
+    await serve_until_beat(agent, coordinator)
+    assert coordinator.joins == 1 and agent.device_id == "dev-a"
+    tries = [call for call in coordinator.calls if call[1] == "/v1/fleet/join"]
+    assert len(tries) == 3
+    assert asyncio.get_running_loop().time() - started >= 2.0  # Retry-After: 1, twice
+
+
 async def test_a_revoked_credential_ends_the_agent_with_a_clear_error(tmp_path: Path) -> None:
     coordinator = Coordinator()
     await serve_until_beat(agent_for(tmp_path, coordinator), coordinator)
@@ -198,6 +222,32 @@ async def test_the_sync_loop_uploads_again_when_the_model_changes(tmp_path: Path
         save_local(agent.settings.models_dir, "cccc3333", "dev-hw", b"onnx")
         await asyncio.wait_for(second.wait(), 10)
         assert synced == [None, "cccc3333"]
+    finally:
+        agent.stop()
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await client.close()
+
+
+async def test_a_heartbeat_refused_for_its_task_still_keeps_the_device_alive(
+    tmp_path: Path,
+) -> None:
+    """The coordinator refuses a heartbeat naming a task that moved to another device (403):
+    the agent says it is alive without the task instead of going silent."""
+    coordinator = Coordinator()
+    coordinator.refuse_running = True
+    agent = agent_for(tmp_path, coordinator)
+    agent.heartbeat_interval_s = 0.01
+    agent._loop = asyncio.get_running_loop()
+    agent._stopping = asyncio.Event()
+    agent.running = ("t-moved", 0.0)
+    client = AgentClient(SERVER, DEVICE_TOKEN, transport=httpx.MockTransport(coordinator))
+    loop = asyncio.create_task(agent._heartbeat_loop(client))
+    try:
+        await asyncio.wait_for(coordinator.beat.wait(), 10)
+        assert coordinator.beats[0] == {"queued": 0}
+        refused = [c for c in coordinator.calls if c[1] == "/v1/agent/heartbeat"]
+        assert len(refused) == 2  # the refused one, then the one without the task
     finally:
         agent.stop()
         loop.cancel()

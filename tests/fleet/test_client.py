@@ -23,6 +23,7 @@ from hpc_ds1.fleet.client import (
     NotFound,
     Rejected,
     ServerError,
+    TooManyRequests,
     Unreachable,
     base_url,
     check,
@@ -49,6 +50,7 @@ def answer(status: int, body: Any = None) -> httpx.Response:
         (409, Conflict),
         (413, Rejected),
         (422, Rejected),
+        (429, TooManyRequests),
         (500, ServerError),
         (503, ServerError),
     ],
@@ -58,6 +60,16 @@ def test_each_refusal_is_its_own_error(status: int, kind: type[Exception]) -> No
         check(answer(status, {"error": "why it was refused"}), SERVER, "submit a task")
     assert "why it was refused" in str(raised.value)
     assert getattr(raised.value, "status", None) == status
+
+
+@pytest.mark.parametrize(("header", "seconds"), [("7", 7.0), (None, 1.0), ("soon", 1.0)])
+def test_a_429_says_when_to_try_again(header: str | None, seconds: float) -> None:
+    response = answer(429, {"error": "too many joins from this address"})
+    if header is not None:
+        response.headers["Retry-After"] = header
+    with pytest.raises(TooManyRequests) as raised:
+        check(response, SERVER, "join the fleet")
+    assert raised.value.retry_after_s == seconds
 
 
 def test_a_refused_credential_says_so_in_plain_words() -> None:
@@ -156,7 +168,7 @@ async def test_the_agent_client_speaks_the_contract() -> None:
         assert json.loads(seen[-1].content) == {"queued": 0}
 
         totals = await client.measurements([{"measurement_id": f"m{i}"} for i in range(3)])
-        assert totals == {"accepted": 2, "known": 1}
+        assert totals == {"accepted": 2, "known": 1, "refused": 0}
 
         data = b"onnx bytes"
         digest = hashlib.sha256(data).hexdigest()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -80,15 +81,30 @@ def serve(settings: Settings, services: tuple[str, ...], processes: bool = False
             print(f"  Postgres  {db}", flush=True)
             if "gateway" in services:
                 print(f"  Console   {url}   (API docs {url}docs)", flush=True)
-                # Like Jupyter: a one-time URL trades its token for the console's cookie.
-                print(f"  Log in    {url}?token={new_login_token(settings.home)}", flush=True)
-                print("            (works once; `hpc-ds1 token login` prints a new one)")
+                # Secrets go to this machine's own terminal only, never into a log or a file
+                # that captures stdout (a service manager's journal): there, how to get them.
+                shown = sys.stdout.isatty()
+                # Like Jupyter: a one-time URL trades its token for the console's cookie. Made
+                # on every start, shown or not: a link of an earlier run stops working.
+                login = new_login_token(settings.home)
+                if shown:
+                    print(f"  Log in    {url}?token={login}", flush=True)
+                    print("            (works once; `hpc-ds1 token login` prints a new one)")
+                else:
+                    print(
+                        "  Log in    `hpc-ds1 token login` prints a one-time login URL", flush=True
+                    )
                 print(f"  CLI token {cli_token_path(settings.home)}", flush=True)
-                # The join token is shown here, on this machine's own terminal, and nowhere else.
                 server = f"http://{reachable_host(settings.host)}:{settings.port}"
-                print(
-                    f"  Join      {join_command(server, _join_token(settings, ends))}", flush=True
-                )
+                join = _join_token(settings, ends)
+                if shown:
+                    print(f"  Join      {join_command(server, join)}", flush=True)
+                else:
+                    print("  Join      `hpc-ds1 token join` prints the command that joins a device")
+                    print(
+                        "            (tokens are shown on a terminal only, never in a log)",
+                        flush=True,
+                    )
                 if settings.host.startswith("127.") or settings.host in ("localhost", "::1"):
                     print("            (this machine only: `serve --host 0.0.0.0` for others)")
             # Forked here, before this process has an event loop or a thread.

@@ -1,6 +1,7 @@
 """`hpc-ds1 token create|list|revoke|login|join`: bearer tokens, stored only as hashes; `login`
-prints a new one-time login URL for the browser, `join` the fleet's join token (`--rotate`: a
-new one, the old one revoked); see hpc_ds1.credentials."""
+prints a new one-time login URL for the browser, `join` the fleet's join token with its expiry
+and uses left (`--rotate [--ttl 24h] [--uses 10]`: a new one, the old one revoked); see
+hpc_ds1.credentials."""
 
 from __future__ import annotations
 
@@ -10,31 +11,41 @@ import contextlib
 import getpass
 import json
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..credentials import (
     JOIN_HOLDER,
+    JOIN_TTL_DEFAULT_S,
+    JOIN_USES_DEFAULT,
     CredentialError,
+    TokenLimits,
     bearer_for,
+    duration_text,
     join_command,
     join_token_id,
     new_login_token,
     owner_name,
+    parse_ttl,
+    parse_uses,
     publish_token,
     reachable_host,
     read_join_token,
     rotate_join_token,
+    token_limits,
+    utc_text,
 )
-from ..db import tables
+from ..db import make_engine, tables
 from ..events import TokenCreated, TokenRevoked, envelope
 from ..infra.home import running_owner
 from ..settings import Settings
 from ..stack import Stack, open_stack
 from ..tokens import HOLDER_PATTERN, HOLDER_RULE, ROLES, new_token, new_token_id, token_hash
-from . import UsageError
+from . import PreconditionError, UsageError
 from .common import add_home_argument, add_json_argument, emit, load_settings, print_json
 
 
@@ -68,6 +79,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     join.add_argument(
         "--rotate", action="store_true", help="revoke it and make a new one (joined devices stay)"
     )
+    join.add_argument(
+        "--ttl",
+        type=_argument(parse_ttl),
+        default=None,
+        metavar="DURATION",
+        help="with --rotate: how long the new one lasts, e.g. 30m, 24h, 7d "
+        f"(default {duration_text(JOIN_TTL_DEFAULT_S)})",
+    )
+    join.add_argument(
+        "--uses",
+        type=_argument(parse_uses),
+        default=None,
+        metavar="N",
+        help="with --rotate: how many devices may join with the new one "
+        f"(default {JOIN_USES_DEFAULT})",
+    )
     add_json_argument(join, "the join token and the join command")
     add_home_argument(join)
     join.set_defaults(handler=handle_join)
@@ -79,6 +106,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_json_argument(revoke, "what was revoked")
     add_home_argument(revoke)
     revoke.set_defaults(handler=handle_revoke)
+
+
+def _argument(parse: Any) -> Any:
+    """An argparse `type` from a parser that raises ValueError with its own message."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
 
 
 def _check(name: str, role: str) -> None:
@@ -125,7 +165,15 @@ def _rows(engine: Engine) -> list[dict[str, Any]]:
     t = tables.tokens
     # Never the hash: only what is safe to show.
     query = select(
-        t.c.token_id, t.c.holder, t.c.role, t.c.created_by, t.c.created_at, t.c.revoked
+        t.c.token_id,
+        t.c.holder,
+        t.c.role,
+        t.c.created_by,
+        t.c.created_at,
+        t.c.revoked,
+        t.c.expires_at,
+        t.c.max_uses,
+        t.c.uses,
     ).order_by(t.c.created_at, t.c.token_id)
     with engine.connect() as conn:
         return [dict(row) for row in conn.execute(query).mappings()]
@@ -141,12 +189,23 @@ def handle_list(args: argparse.Namespace) -> int:
     settings = load_settings(home=args.home)
     rows = asyncio.run(_list(settings))
     if args.json:
-        print(json.dumps([{**r, "created_at": r["created_at"].isoformat()} for r in rows]))
+        print(
+            json.dumps(
+                [
+                    {
+                        **r,
+                        "created_at": r["created_at"].isoformat(),
+                        "expires_at": r["expires_at"] and r["expires_at"].isoformat(),
+                    }
+                    for r in rows
+                ]
+            )
+        )
         return 0
     if not rows:
         print("no tokens; create one with: hpc-ds1 token create --name NAME --role engineer")
         return 0
-    header = ("ID", "HOLDER", "ROLE", "CREATED", "BY", "REVOKED")
+    header = ("ID", "HOLDER", "ROLE", "CREATED", "BY", "REVOKED", "EXPIRES", "USES")
     lines = [
         (
             r["token_id"],
@@ -155,6 +214,8 @@ def handle_list(args: argparse.Namespace) -> int:
             r["created_at"].strftime("%Y-%m-%d %H:%M:%S"),
             r["created_by"],
             "yes" if r["revoked"] else "no",
+            _expires(r["expires_at"]),
+            f"{r['uses']}/{r['max_uses']}" if r["max_uses"] is not None else "-",
         )
         for r in rows
     ]
@@ -162,6 +223,13 @@ def handle_list(args: argparse.Namespace) -> int:
     for line in (header, *lines):
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
     return 0
+
+
+def _expires(when: Any) -> str:
+    if when is None:
+        return "-"
+    text = str(when.strftime("%Y-%m-%d %H:%M:%S"))
+    return f"{text} (expired)" if when <= datetime.now(UTC) else text
 
 
 async def _revoke(settings: Settings, token_id: str) -> str:
@@ -205,9 +273,10 @@ def handle_login(args: argparse.Namespace) -> int:
     return 0
 
 
-def _join_server(settings: Settings, token: str) -> str:
-    """Where devices reach this home's gateway: the running gateway says (it knows the address
-    it listens on); without one, the configured host and port."""
+def _join_info(settings: Settings, token: str) -> tuple[str, TokenLimits | None]:
+    """Where devices reach this home's gateway, and the join token's limits: the running
+    gateway says (it knows the address it listens on); without one, the configured host and
+    port, and the limits from an external database when the home has one (None: unknown)."""
     owner = running_owner(settings.home)
     if owner is not None and owner.gateway_url:
         try:
@@ -219,13 +288,37 @@ def _join_server(settings: Settings, token: str) -> str:
             )
             body = reply.json() if reply.status_code == 200 else {}
             if body.get("token") == token and isinstance(body.get("server"), str):
-                return str(body["server"])
-        except (httpx.HTTPError, ValueError, CredentialError):
+                return str(body["server"]), _limits_of_answer(body)
+        except (httpx.HTTPError, ValueError, TypeError, CredentialError):
             pass
-    return f"http://{reachable_host(settings.host)}:{settings.port}"
+    server = f"http://{reachable_host(settings.host)}:{settings.port}"
+    if not settings.database_url:
+        return server, None
+    engine = make_engine(settings.database_url, pool_size=1)
+    try:
+        return server, token_limits(engine, token)
+    except SQLAlchemyError:
+        return server, None
+    finally:
+        engine.dispose()
 
 
-async def _rotate_join(settings: Settings) -> tuple[str, list[str]]:
+def _limits_of_answer(body: dict[str, Any]) -> TokenLimits | None:
+    """The limits GET /v1/fleet/join-token told (None: the token is not registered yet)."""
+    if not body.get("token_id") or not body.get("state"):
+        return None
+    expires = body.get("expires_at")
+    max_uses, left = body.get("max_uses"), body.get("uses_left")
+    return TokenLimits(
+        token_id=str(body["token_id"]),
+        expires_at=datetime.fromisoformat(expires) if expires else None,
+        max_uses=int(max_uses) if max_uses is not None else None,
+        uses=int(max_uses) - int(left) if max_uses is not None and left is not None else 0,
+        revoked=body["state"] == "revoked",
+    )
+
+
+async def _rotate_join(settings: Settings, ttl_s: float, uses: int) -> tuple[str, list[str]]:
     async with _stack(settings) as stack:
         await stack.caught_up()
         rows = await asyncio.to_thread(_rows, stack.engine)
@@ -240,6 +333,8 @@ async def _rotate_join(settings: Settings) -> tuple[str, list[str]]:
             token_id=join_token_id(token),
             source="cli",
             wait_s=30,
+            ttl_s=ttl_s,
+            max_uses=uses,
         )
         if not active:
             raise UsageError("the new join token was not registered: is the projector running?")
@@ -250,9 +345,16 @@ async def _rotate_join(settings: Settings) -> tuple[str, list[str]]:
 
 def handle_join(args: argparse.Namespace) -> int:
     settings = load_settings(quiet=True, home=args.home)
+    if not args.rotate and (args.ttl is not None or args.uses is not None):
+        raise UsageError(
+            "--ttl and --uses set a new join token's limits: use them with --rotate "
+            "(a token's limits are fixed when it is made)"
+        )
     try:
         if args.rotate:
-            token, old = asyncio.run(_rotate_join(settings))
+            ttl_s = settings.join_token_ttl_s if args.ttl is None else args.ttl
+            uses = settings.join_token_uses if args.uses is None else args.uses
+            token, old = asyncio.run(_rotate_join(settings, ttl_s, uses))
             gone = ", ".join(old) if old else "none was active"
             print(
                 f"join token rotated (revoked: {gone}); devices that joined keep their own "
@@ -269,6 +371,26 @@ def handle_join(args: argparse.Namespace) -> int:
             token = found
     except CredentialError as error:
         raise UsageError(str(error)) from None
-    command = join_command(_join_server(settings, token), token)
-    emit(args, {"token": token, "command": command}, f"{token}\nJoin      {command}")
+    server, limits = _join_info(settings, token)
+    if limits is not None and (problem := limits.problem()) is not None:
+        # A dead token is not shown as if it worked (`serve` replaces it on its next start).
+        raise PreconditionError(problem)
+    command = join_command(server, token)
+    about = (
+        "its expiry and uses are known once `hpc-ds1 serve` runs (which replaces it then if "
+        "it expired or was used up)"
+        if limits is None
+        else limits.describe()
+    )
+    print(f"join token {join_token_id(token)}: {about}", file=sys.stderr)
+    answer: dict[str, Any] = {"token": token, "command": command}
+    if limits is not None:
+        answer |= {
+            "token_id": limits.token_id,
+            "expires_at": limits.expires_at and limits.expires_at.isoformat(),
+            "expires": limits.expires_at and utc_text(limits.expires_at),
+            "max_uses": limits.max_uses,
+            "uses_left": limits.uses_left,
+        }
+    emit(args, answer, f"{token}\nJoin      {command}")
     return 0

@@ -76,6 +76,14 @@ devices = Table(
     Column("draining", Boolean, nullable=False, server_default="false"),
     Column("liveness", Text, doc="online or offline, from device.status_changed; NULL: never"),
     Column("liveness_reason", Text),
+    Column(
+        "off_estimates",
+        Integer,
+        nullable=False,
+        server_default="0",
+        doc="Its finished tasks whose runtime was far from its own estimate.",
+    ),
+    Column("off_estimate", Text, doc="The last of them: the task and how far off."),
 )
 
 tasks = Table(
@@ -103,6 +111,11 @@ tasks = Table(
     Column("placement", JSONB, doc="The last task.placed event's data, candidates included."),
     Column("runtime_s", Float),
     Column("measurement_id", Text),
+    Column(
+        "off_estimate",
+        Text,
+        doc="Finished far from the device's own estimate: how far (NULL: it was not).",
+    ),
     Column("failures", JSONB, nullable=False, doc="Each abandoned attempt's reason, in order."),
     Column("submitted_at", DateTime(timezone=True), nullable=False),
     Column("placed_at", DateTime(timezone=True)),
@@ -241,6 +254,10 @@ tokens = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked", Boolean, nullable=False),
     Column("seq", BigInteger, nullable=False),
+    # A join token's limits (token.created; None: none) and its uses so far (token.used).
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("max_uses", Integer, nullable=True),
+    Column("uses", Integer, nullable=False, server_default="0"),
 )
 
 # Everything `projection rebuild` empties and refills from the log (order: safe to truncate).

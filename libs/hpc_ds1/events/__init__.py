@@ -32,6 +32,7 @@ from .catalog import (
     TaskWaiting,
     TokenCreated,
     TokenRevoked,
+    TokenUsed,
 )
 from .codec import MalformedEvent, decode, typed
 
@@ -70,6 +71,7 @@ __all__ = [
     "TaskWaiting",
     "TokenCreated",
     "TokenRevoked",
+    "TokenUsed",
     "decode",
     "envelope",
     "new_id",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from .base import Event
 
@@ -280,6 +280,21 @@ class TokenCreated(Event):
     holder: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$", description="A person or agent.")
     role: Literal["viewer", "engineer", "admin", "agent", "join"]
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # A join token's limits, as kubeadm's bootstrap tokens have (None: none; every token made
+    # before they existed has none). The gateway refuses a join past either (token.used).
+    expires_at: AwareDatetime | None = Field(
+        default=None, description="Join tokens: refused from this time on (UTC)."
+    )
+    max_uses: int | None = Field(
+        default=None, ge=1, description="Join tokens: how many devices may join with it."
+    )
+
+    @model_validator(mode="after")
+    def _limits_only_for_join(self) -> TokenCreated:
+        # Only the join route enforces them: on another role they would promise what no one keeps.
+        if self.role != "join" and (self.expires_at is not None or self.max_uses is not None):
+            raise ValueError("expires_at and max_uses are for join tokens only")
+        return self
 
 
 class TokenRevoked(Event):
@@ -288,6 +303,19 @@ class TokenRevoked(Event):
     id_field = "token_id"
 
     token_id: str
+
+
+class TokenUsed(Event):
+    """A join token was traded for device `device_id`'s credential: appended before the device
+    is registered, only while the token's history shows it unexpired with a use left, and with
+    the token's last sequence expected, so joins on any number of gateways never pass its cap."""
+
+    aggregate = "token"
+    name = "used"
+    id_field = "token_id"
+
+    token_id: str
+    device_id: str = Field(description="The device the join registers.")
 
 
 class AuditCheckpoint(Event):
@@ -349,13 +377,26 @@ class PlacementCandidate(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     device_id: str
-    finish_s: float | None = Field(description="queue_s + runtime_s; None: no estimate.")
+    finish_s: float | None = Field(
+        description="queue_s + runtime_s (counted_s when set); None: no estimate."
+    )
     queue_s: float = Field(ge=0)
-    runtime_s: float | None = None
+    runtime_s: float | None = Field(default=None, description="The device's own estimate.")
     basis: Literal["measured", "predicted", "none"]
     config: dict[str, Any] | None = None
     accepted: bool = Field(description="False: its familiarity guard rejects the job.")
     note: str = ""
+    verified: bool | None = Field(
+        default=None,
+        description="Whether the device had run the job for the fleet (a task); None: no "
+        "estimate, or placed before this was recorded.",
+    )
+    counted_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="The runtime counted instead of runtime_s: a claim no faster than the "
+        "verified best (or its own last run) less the fleet's spread.",
+    )
 
 
 class TaskPlaced(Event):
@@ -377,6 +418,17 @@ class TaskPlaced(Event):
     runner_up: str | None = None
     guard_rejected: bool = False
     candidates: list[PlacementCandidate] = Field(default_factory=list)
+    verified: bool | None = Field(
+        default=None,
+        description="Whether the device had run the job for the fleet (a task); None: no "
+        "estimate, or placed before this was recorded.",
+    )
+    claimed_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="The device's own estimate, when expected_s counts it higher (unverified, "
+        "or faster than its own last run of the job).",
+    )
 
 
 class TaskWaiting(Event):
@@ -412,7 +464,9 @@ class TaskFinished(Event):
     device_id: str
     config: dict[str, Any]
     runtime_s: float = Field(ge=0)
-    expected_s: float | None = Field(default=None, ge=0)
+    expected_s: float | None = Field(
+        default=None, ge=0, description="The device's own estimate of the runtime when placed."
+    )
     measurement_id: str | None = None
     check_ok: bool | None = None
 
@@ -475,6 +529,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalDecided,
         TokenCreated,
         TokenRevoked,
+        TokenUsed,
         AuditCheckpoint,
         DeviceDraining,
         DeviceStatusChanged,

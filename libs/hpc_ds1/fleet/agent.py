@@ -45,7 +45,9 @@ from .client import (
     Conflict,
     CredentialRefused,
     FleetError,
+    Forbidden,
     ServerError,
+    TooManyRequests,
     Unreachable,
     base_url,
 )
@@ -426,11 +428,18 @@ class Agent:
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` until it gets an answer: an unreachable or failing coordinator is tried
-        again with back-off (0.5 s doubling to 30 s); a refusal is raised."""
+        again with back-off (0.5 s doubling to 30 s), a 429 after its Retry-After; a refusal
+        is raised."""
         delay, failures = self.retry_first_s, 0
         while True:
             try:
                 found = await call()
+            except TooManyRequests as error:
+                failures += 1
+                if failures == 1 or failures % 10 == 0:
+                    log.warning("coordinator_busy", doing=what, retry_in_s=error.retry_after_s)
+                await self._pause(error.retry_after_s)
+                continue
             except (Unreachable, ServerError) as error:
                 failures += 1
                 if failures == 1 or failures % 10 == 0:
@@ -482,9 +491,11 @@ class Agent:
                 ),
             )
         except CredentialRefused as error:
+            said = str(error).removeprefix(REFUSED_CREDENTIAL).strip()  # (server: its reason)
             raise CredentialRefused(
-                f"{REFUSED_CREDENTIAL}: the join token is wrong or was rotated "
-                "(`hpc-ds1 token join` on the coordinator prints the current one)",
+                f"{REFUSED_CREDENTIAL}: the join token is wrong or was rotated, or it expired "
+                "or was used up (`hpc-ds1 token join` on the coordinator prints the current "
+                f"one) {said}",
                 error.status,
             ) from None
         except Conflict as error:
@@ -512,10 +523,18 @@ class Agent:
         while True:
             running = self.running
             try:
-                await client.heartbeat(
-                    running[0] if running else None,
-                    time.monotonic() - running[1] if running else None,
-                )
+                try:
+                    await client.heartbeat(
+                        running[0] if running else None,
+                        time.monotonic() - running[1] if running else None,
+                    )
+                except Forbidden as error:
+                    if running is None:
+                        raise
+                    # The coordinator no longer counts the task as this device's (its attempt
+                    # moved on): the device is still alive, so it says so without the task.
+                    log.warning("heartbeat_task_refused", task_id=running[0], error=str(error))
+                    await client.heartbeat(None, None)
                 if failures:
                     log.info("heartbeat_resumed", after_failures=failures)
                 failures = 0
@@ -558,13 +577,14 @@ class Agent:
         if not await asyncio.to_thread(has_setup, self.settings):
             return
         snapshot = await read_home(self.settings, version)
-        accepted = known = 0
+        accepted = known = refused = 0
         for chunk in measurement_chunks(snapshot.measurements):
             answer = await self._retrying(
                 "upload measurements", functools.partial(client.measurements, chunk)
             )
             accepted += answer["accepted"]
             known += answer["known"]
+            refused += answer.get("refused", 0)
         if snapshot.model is not None:
             model = snapshot.model
             await self._retrying(
@@ -583,6 +603,7 @@ class Agent:
             measurements=len(snapshot.measurements),
             accepted=accepted,
             known=known,
+            refused=refused,
             model=version,
         )
 

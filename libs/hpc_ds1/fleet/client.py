@@ -12,8 +12,11 @@ from typing import Any
 
 import httpx
 
+from ..log import get_logger
 from .execute import TaskResult
 from .work import WorkItem
+
+log = get_logger("fleet.client")
 
 REFUSED_CREDENTIAL = "the coordinator refused this credential: revoked or wrong token"
 MAX_MEASUREMENTS_PER_POST = 5000
@@ -58,6 +61,23 @@ class Unreachable(FleetError):
     """No answer: connection refused, DNS, TLS, or a timeout; worth retrying."""
 
 
+class TooManyRequests(FleetError):
+    """429: too many joins or failed authentications from this address; worth retrying after
+    `retry_after_s` (the answer's Retry-After)."""
+
+    def __init__(self, message: str, status: int | None, retry_after_s: float) -> None:
+        super().__init__(message, status)
+        self.retry_after_s = retry_after_s
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """Retry-After in seconds (1 when absent or not a number of seconds), at most an hour."""
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 1.0), 3600.0)
+    except ValueError:
+        return 1.0
+
+
 def base_url(server: str) -> str:
     server = server.strip().rstrip("/")
     if not server.startswith(("http://", "https://")):
@@ -99,6 +119,8 @@ def check(response: httpx.Response, server: str, what: str) -> httpx.Response:
         raise NotFound(f"{server}: {what}: {reason}", code)
     if code == 409:
         raise Conflict(f"{server}: {what}: {reason}", code)
+    if code == 429:
+        raise TooManyRequests(f"{server}: {what}: {reason}", code, _retry_after(response))
     if code >= 500:
         raise ServerError(f"{server} failed to {what} ({code}): {reason}", code)
     raise Rejected(f"{server} refused to {what} ({code}): {reason}", code)
@@ -206,8 +228,9 @@ class AgentClient:
 
     async def measurements(self, rows: list[dict[str, Any]]) -> dict[str, int]:
         """Upload this device's measurements (MeasurementRecorded fields without device_id),
-        in posts of at most MAX_MEASUREMENTS_PER_POST; totals of {accepted, known}."""
-        totals = {"accepted": 0, "known": 0}
+        in posts of at most MAX_MEASUREMENTS_PER_POST; totals of {accepted, known, refused}
+        (refused: runtimes the coordinator does not believe, each logged with why)."""
+        totals = {"accepted": 0, "known": 0, "refused": 0}
         for start in range(0, len(rows), MAX_MEASUREMENTS_PER_POST):
             chunk = rows[start : start + MAX_MEASUREMENTS_PER_POST]
             response = await self._call(
@@ -218,8 +241,17 @@ class AgentClient:
                 headers={"Content-Type": "application/json"},
             )
             answer = response.json()
-            for key in totals:
+            for key in ("accepted", "known"):
                 totals[key] += int(answer.get(key, 0))
+            refused = answer.get("refused") or []
+            totals["refused"] += len(refused)
+            for entry in refused[:5]:
+                if isinstance(entry, dict):
+                    log.warning(
+                        "measurement_refused",
+                        measurement_id=str(entry.get("measurement_id")),
+                        why=str(entry.get("why"))[:500],
+                    )
         return totals
 
     async def model(

@@ -9,6 +9,13 @@ at that run's configuration, else its own model's System 1 prediction ("predicte
 earliest wins; a device whose familiarity guard rejects the job is chosen only when no device
 accepts it. No eligible device: the task waits, and `Waiting.reason` says for what.
 
+Both numbers are the device's own claims. An estimate is *verified* once the device has run the
+job (workload, size) for the fleet (a task.finished of it from that device; the coordinator's
+own device is trusted): a verified device's claim counts no faster than its last such run less
+the fleet's spread (FLEET_SPREAD), and an unverified one no faster than the verified best of the
+devices that could take the task, less that spread. The reason says when a claim was counted
+higher; the task's expected_s is what was counted (its queue adds up), claimed_s the claim.
+
 No I/O here and no model call: predictions are computed by the service (in a thread) into
 `DeviceView.predicted` beforehand, so `place` is a loop of dict lookups. The service and any
 replay fold the same events with `FleetState.apply`, so they agree."""
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,8 +48,12 @@ from ..events import (
 )
 
 Basis = Literal["measured", "predicted", "none"]
-Scored = tuple[bool, float, str, float, "Estimate"]  # rejected, finish, device id, queue, estimate
+# rejected, finish, device id, queue, estimate, runtime counted, verified, why counted higher
+Scored = tuple[bool, float, str, float, "Estimate", float, bool, str]
 MAX_CANDIDATES = 16  # of a TaskPlaced event: the best ones (a fleet of 10,000 would not fit)
+# The run-to-run spread allowed between devices: an unverified estimate may beat the verified
+# best by this much, and a verified device's claim its own last run of the job.
+FLEET_SPREAD = 0.1
 PREDICTION_CACHE = 4096  # (workload, size) predictions kept per device and model
 NAMED = 4  # devices named in a waiting reason, per cause
 
@@ -87,6 +98,9 @@ class DeviceView:
     running: dict[str, Running] = field(default_factory=dict)
     queued: dict[str, float] = field(default_factory=dict)  # placed, not started: expected_s
     queued_s: float = 0.0  # sum(queued.values()), kept in step
+    # (workload, size) -> the runtime of its last task.finished of that job: seen run for the
+    # fleet, its estimate of the job is verified
+    ran: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def queue_s(self, now: float) -> float:
         """Expected wait behind this device's work: what its running task has left (never
@@ -169,6 +183,8 @@ class Placement:
     runner_up: str | None
     guard_rejected: bool
     candidates: list[PlacementCandidate]
+    verified: bool | None = None  # None: no estimate (basis none)
+    claimed_s: float | None = None  # the device's own estimate, when expected_s counts it higher
 
     def event(self, attempt: int) -> TaskPlaced:
         return TaskPlaced(
@@ -183,6 +199,8 @@ class Placement:
             runner_up=self.runner_up,
             guard_rejected=self.guard_rejected,
             candidates=self.candidates,
+            verified=self.verified,
+            claimed_s=self.claimed_s,
         )
 
 
@@ -297,22 +315,79 @@ class _Desc(str):
         return str.__lt__(self, other)
 
 
+def _own(
+    device: DeviceView, est: Estimate, key: tuple[str, int], spread: float
+) -> tuple[float, bool, str]:
+    """(runtime counted, verified, why counted higher than claimed) of the device's own
+    estimate: the coordinator's own device is trusted; another counts no faster than its last
+    run of the job less the spread, and is unverified until it has run it."""
+    claim = est.runtime_s
+    if device.local:
+        return claim, True, ""
+    ran = device.ran.get(key)
+    if ran is None:
+        return claim, False, ""
+    floor = ran / (1.0 + spread)
+    if claim >= floor:
+        return claim, True, ""
+    return floor, True, f"its own last run of the job took {seconds(ran)}, less {_spread(spread)}"
+
+
+def _spread(spread: float) -> str:
+    return f"the fleet's spread of {spread * 100:.3g} %"
+
+
+def _eligible(device: DeviceView, excluded: frozenset[str] | set[str]) -> bool:
+    return (
+        device.registered
+        and not device.left
+        and device.device_id not in excluded
+        and device.online
+        and not device.draining
+    )
+
+
+def _verified_best(
+    devices: Iterable[DeviceView],
+    key: tuple[str, int],
+    excluded: frozenset[str] | set[str],
+    spread: float,
+) -> tuple[float, str] | None:
+    """The fastest verified runtime counted among the devices that could take the task (their
+    guard accepting it), with its device."""
+    best: tuple[float, str] | None = None
+    for device in devices:
+        if not (device.local or device.ran) or not _eligible(device, excluded):
+            continue
+        est = device.best.get(key) or device.predicted.get(key)
+        if est is None or not est.accepted:
+            continue
+        counted, sure, _ = _own(device, est, key, spread)
+        if sure and (best is None or (counted, device.device_id) < best):
+            best = (counted, device.device_id)
+    return best
+
+
 def place(
     task: TaskSpec,
     devices: Iterable[DeviceView],
     now: float,
     excluded: frozenset[str] | set[str] = frozenset(),
+    spread: float = FLEET_SPREAD,
 ) -> Placement | Waiting:
     """The device expected to finish `task` first, with why; or what the task waits for.
-    `excluded`: devices the task already failed on."""
+    `excluded`: devices the task already failed on; `spread`: how far an unverified estimate
+    may beat the verified best."""
     key = (task.workload, task.size)
+    if not isinstance(devices, Collection):
+        devices = list(devices)
+    verified = _verified_best(devices, key, excluded, spread)
+    floor = verified[0] / (1.0 + spread) if verified is not None else 0.0
     total = 0
     left: list[str] = []
     failed: list[str] = []
     offline: list[str] = []
     draining: list[str] = []
-    # The best MAX_CANDIDATES by (rejected, finish, device id), kept in a bounded heap, so a
-    # large fleet allocates a few entries per task, not one per device.
     # A max-heap of the best MAX_CANDIDATES by (rejected, finish, device id): its first entry
     # is the worst kept, and a device that does not beat it costs no allocation.
     heap: list[tuple[int, float, _Desc, Scored]] = []
@@ -339,16 +414,21 @@ def place(
             if est is None:
                 unknown.append((queue, did, device))
                 continue
-            finish = queue + est.runtime_s
+            counted, sure, why = _own(device, est, key, spread)
+            if not sure and counted < floor:
+                assert verified is not None
+                counted = floor
+                why = f"{verified[1]}'s verified best {seconds(verified[0])} less {_spread(spread)}"
+            finish = queue + counted
             rejected = not est.accepted
             if rejected and (faster is None or (finish, did) < faster[1:3]):
-                faster = (rejected, finish, did, queue, est)
+                faster = (rejected, finish, did, queue, est, counted, sure, why)
             full = len(heap) >= MAX_CANDIDATES
             if full and (
                 rejected > edge_rejected or (rejected == edge_rejected and finish > edge_finish)
             ):
                 continue  # neither a candidate nor the best
-            entry = (rejected, finish, did, queue, est)
+            entry = (rejected, finish, did, queue, est, counted, sure, why)
             if best is None or entry[:3] < best[:3]:
                 best = entry
             item = (-rejected, -finish, _Desc(did), entry)
@@ -364,33 +444,38 @@ def place(
     if best is None:
         return _place_unknown(task, unknown)
     top = sorted((item[3] for item in heap), key=lambda e: e[:3])
-    rejected, finish, did, queue, est = best
+    rejected, finish, did, queue, est, counted, sure, why = best
     second = top[1] if len(top) > 1 else None
     head = (
         f"{did}: queue {seconds(queue)} + "
         + ("best measured" if est.basis == "measured" else "predicted")
         + f" {seconds(est.runtime_s)} ({config_label(est.config)}"
         + ("" if est.basis == "measured" else f", its model {est.source}")
-        + f") = {seconds(finish)}"
+        + ")"
+        + (f"{'' if sure else ' unverified'}, counted as {seconds(counted)} ({why})" if why else "")
+        + f" = {seconds(finish)}"
     )
     notes: list[str] = []
     if rejected:
-        why = "; ".join(est.reasons) or "outside what its model knows"
+        guard = "; ".join(est.reasons) or "outside what its model knows"
         notes.append(
             f"every device's familiarity guard rejects {task.workload} size {task.size}, so the "
-            f"earliest of them ({did}: {why})"
+            f"earliest of them ({did}: {guard})"
         )
     else:
         if faster is not None and faster[1] < finish:
-            why = "; ".join(faster[4].reasons) or "outside what its model knows"
+            guard = "; ".join(faster[4].reasons) or "outside what its model knows"
             notes.append(
                 f"{faster[2]} would finish at {seconds(faster[1])} but its familiarity guard "
-                f"rejects the job ({why})"
+                f"rejects the job ({guard})"
             )
     if second is not None:
         tail = f"next {second[2]} {seconds(second[1])}"
         if second[0] and not rejected:
             tail += " (its guard rejects the job)"
+        elif second[7]:
+            claimed = f"{second[4].basis} {seconds(second[4].runtime_s)}"
+            tail += f" ({'' if second[6] else 'unverified, '}{claimed}, counted higher)"
         elif second[4].basis != est.basis:
             tail += f" ({second[4].basis})"
     elif unknown:
@@ -408,6 +493,8 @@ def place(
             config=dict(s[4].config),
             accepted=not s[0],
             note="; ".join(s[4].reasons),
+            verified=s[6],
+            counted_s=s[5] if s[7] else None,
         )
         for s in top
     ]
@@ -415,7 +502,7 @@ def place(
         task_id=task.task_id,
         device_id=did,
         config=dict(est.config),
-        expected_s=est.runtime_s,
+        expected_s=counted,
         queue_s=queue,
         finish_s=finish,
         basis=est.basis,
@@ -423,6 +510,8 @@ def place(
         runner_up=None if second is None else second[2],
         guard_rejected=rejected,
         candidates=candidates,
+        verified=sure,
+        claimed_s=est.runtime_s if why else None,
     )
 
 
@@ -605,6 +694,8 @@ class FleetState:
             if e.attempt == task.attempt:
                 self._unassign(task)
                 task.status = "finished"
+                if e.device_id == task.device_id:  # seen run for the fleet: verified
+                    self.device(e.device_id).ran[(task.workload, task.size)] = e.runtime_s
         elif isinstance(e, TaskRunFailed):
             task.failed_on.add(e.device_id)
             if e.attempt == task.attempt and task.status in ("placed", "running"):

@@ -61,11 +61,20 @@ class Model:
     to the machine it runs on (`host`: the hardware guard and the configuration space use it) and
     to a home (`observe` queues on its device lock; decisions go to its log)."""
 
-    def __init__(self, data: bytes, thresholds: Thresholds | None = None) -> None:
+    def __init__(
+        self, data: bytes, thresholds: Thresholds | None = None, *, optimize: bool = True
+    ) -> None:
+        """`optimize`: onnxruntime's full graph optimization (constant folding computes the
+        graph's constants at load). Off only where an untrusted file is first tried
+        (model.vetting's sandbox): its forward pass then computes them under the caps."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if optimize
+            else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
         self._session = ort.InferenceSession(
             data, sess_options=options, providers=["CPUExecutionProvider"]
         )
@@ -138,6 +147,21 @@ class Model:
 
     @classmethod
     def from_onnx(cls, data: bytes, thresholds: Thresholds | None = None) -> Model:
+        return cls(data, thresholds)
+
+    @classmethod
+    def from_untrusted(
+        cls, data: bytes, max_bytes: int, thresholds: Thresholds | None = None
+    ) -> Model:
+        """A model made elsewhere (the model bucket: a device's upload), refused by
+        model.vetting's static check (model.vetting.UnsafeModel) before onnxruntime sees it.
+        The gateway ran the sandboxed check too before it stored the file; this cheap one
+        (tens of ms, once per version a service loads) guards against a bucket written past
+        the gateway. The trusted paths (from_onnx, from_file: files this machine trained or
+        its user chose) skip it."""
+        from hpc_ds1.model.vetting import check_static  # not at import: the child imports us
+
+        check_static(data, max_bytes)
         return cls(data, thresholds)
 
     @classmethod

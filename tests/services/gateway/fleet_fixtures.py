@@ -87,6 +87,20 @@ async def projector(settings: Settings, engine: Engine) -> AsyncIterator[None]:
 
 
 @pytest.fixture
+async def placement_service(settings: Settings, engine: Engine) -> AsyncIterator[None]:
+    """The placement service, for a test whose tasks are placed for real."""
+    assert settings.nats_url and settings.database_url
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_service("placement", settings, settings.nats_url, settings.database_url, stop)
+    )
+    yield
+    stop.set()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(task, 30)
+
+
+@pytest.fixture
 async def fleet(
     settings: Settings, bus: EventBus, engine: Engine, projector: None
 ) -> AsyncIterator[Fleet]:
@@ -109,4 +123,13 @@ async def fleet(
         yield Fleet(app, http, join_token, bus, engine, settings)
 
 
-__all__ = ["FINGERPRINT", "Fleet", "as_role", "bearer", "fleet", "keep_logging", "projector"]
+__all__ = [
+    "FINGERPRINT",
+    "Fleet",
+    "as_role",
+    "bearer",
+    "fleet",
+    "keep_logging",
+    "placement_service",
+    "projector",
+]

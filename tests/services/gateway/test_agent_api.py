@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,9 +33,20 @@ from hpc_ds1.models_store import models_bucket
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.agent_api import close_agent_polls
 from hpc_ds1.settings import Settings
+from hpc_ds1.subjects import placement_subject
 from hpc_ds1.tokens import new_token, token_hash
+from tests.model.unsafe_models import (
+    bomb_in,
+    external_in,
+    heavy_in,
+    open_watch,
+    peak_rss_growth,
+)
 
 from .conftest import as_role, asgi_client, fold, role_token_events
+from .fleet_fixtures import Fleet, bearer, fleet, placement_service, projector
+
+__all__ = ["fleet", "placement_service", "projector"]
 
 DEVICE_TOKENS = {d: new_token() for d in ("dev-a", "dev-b")}
 CONFIG = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
@@ -390,8 +402,9 @@ async def test_an_attempt_refused_before_it_ran_has_no_measurement(
 
 
 async def test_heartbeat_is_stored_with_the_server_time(
-    settings: Settings, bus: EventBus, http: httpx.AsyncClient
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
 ) -> None:
+    await fold(settings, bus, engine, *placed("t-x", "dev-b"))
     body = {"running": "t-x", "running_for_s": 3.0, "queued": 2}
     answer = await http.post("/v1/agent/heartbeat", json=body, headers=as_device("dev-b"))
     assert answer.status_code == 204
@@ -403,6 +416,41 @@ async def test_heartbeat_is_stored_with_the_server_time(
     )
     assert named.status_code == 422
     assert await last_beat(await liveness_bucket(bus.js, settings), "dev-a") is None
+
+
+async def test_a_heartbeat_speaks_only_for_the_devices_own_task(
+    settings: Settings, bus: EventBus, engine: Engine, http: httpx.AsyncClient
+) -> None:
+    await fold(settings, bus, engine, *placed("t-a", "dev-a"), *placed("t-b", "dev-b"))
+    url = "/v1/agent/heartbeat"
+    own = await http.post(url, json={"running": "t-b"}, headers=as_device("dev-b"))
+    assert own.status_code == 204
+    kv = await liveness_bucket(bus.js, settings)
+    before = await last_beat(kv, "dev-b")
+    assert before is not None and before.running == "t-b"
+
+    theirs = await http.post(url, json={"running": "t-a"}, headers=as_device("dev-b"))
+    assert theirs.status_code == 403
+    assert theirs.json()["error"] == (
+        "dev-b may not report running task t-a: attempt 1 is on dev-a (placed)"
+    )
+    none = await http.post(url, json={"running": "t-none"}, headers=as_device("dev-b"))
+    assert none.status_code == 403
+    assert none.json()["error"] == "dev-b may not report running task t-none: there is no such task"
+    # Nothing of the refused beats was stored: dev-b's last word stands.
+    assert await last_beat(kv, "dev-b") == before
+    # After its own task moved to dev-a (requeued and placed again), dev-b may not claim it.
+    await fold(
+        settings,
+        bus,
+        engine,
+        TaskRequeued(task_id="t-b", attempt=1, device_id="dev-b", reason="offline"),
+        *placed("t-b", "dev-a", attempt=2),
+    )
+    idle = await http.post(url, json={}, headers=as_device("dev-b"))
+    assert idle.status_code == 204
+    moved = await http.post(url, json={"running": "t-b"}, headers=as_device("dev-b"))
+    assert moved.status_code == 403 and "attempt 2 is on dev-a" in moved.json()["error"]
 
 
 def measurement(mid: str, **extra: Any) -> dict[str, Any]:
@@ -425,18 +473,19 @@ async def test_measurements_are_recorded_as_the_device_once(
     url = "/v1/agent/measurements"
     batch = [measurement(f"m-{i}") for i in range(3)]
     first = await http.post(url, json={"measurements": batch}, headers=as_device("dev-a"))
-    assert first.status_code == 200 and first.json() == {"accepted": 3, "known": 0}
+    assert first.status_code == 200
+    assert first.json() == {"accepted": 3, "known": 0, "refused": []}
     # The same again at once (the log's de-duplication) and after projection (the table).
     again = await http.post(url, json={"measurements": batch}, headers=as_device("dev-a"))
-    assert again.json() == {"accepted": 0, "known": 3}
+    assert again.json() == {"accepted": 0, "known": 3, "refused": []}
     await fold(settings, bus, engine)
     more = [*batch, measurement("m-3"), measurement("m-3")]
     third = await http.post(url, json={"measurements": more}, headers=as_device("dev-a"))
-    assert third.json() == {"accepted": 1, "known": 4}
+    assert third.json() == {"accepted": 1, "known": 4, "refused": []}
     # dev-b with the same ids (identical machines measure under the same setup ids) keeps its
     # own: each device's ids are its own, so neither shadows nor squats the other's.
     theirs = await http.post(url, json={"measurements": batch[:1]}, headers=as_device("dev-b"))
-    assert theirs.json() == {"accepted": 1, "known": 0}
+    assert theirs.json() == {"accepted": 1, "known": 0, "refused": []}
     await fold(settings, bus, engine)
     with engine.connect() as conn:
         rows = conn.execute(
@@ -533,3 +582,196 @@ async def test_model_upload_past_its_limit_is_413(
             headers=as_device("dev-a"),
         )
         assert answer.status_code == 413
+
+
+async def upload_model(http: httpx.AsyncClient, data: bytes, version: str) -> httpx.Response:
+    return await http.post(
+        "/v1/agent/model",
+        params={"version": version, "trained_on": 1, "sha256": hashlib.sha256(data).hexdigest()},
+        content=data,
+        headers={**as_device("dev-a"), "content-type": "application/octet-stream"},
+    )
+
+
+async def test_a_model_bomb_is_refused_and_the_gateway_stays_small(
+    bus: EventBus, http: httpx.AsyncClient, trained: TrainedModel
+) -> None:
+    """Issue 41's probe, inside an otherwise valid model: a 1 GiB constant the optimizing
+    session used to fold in the gateway (accepted, after the gateway grew by 1 GiB); and 2 GiB
+    no static bound sees, which only the sandbox's memory cap stops."""
+    with peak_rss_growth() as growth:
+        bomb = await upload_model(http, bomb_in(trained.to_onnx()), "bomb")
+        heavy = await upload_model(http, heavy_in(trained.to_onnx()), "heavy")
+    assert bomb.status_code == 422, bomb.text
+    assert "ConstantOfShape" in bomb.json()["error"]
+    assert heavy.status_code == 422, heavy.text
+    assert "memory" in heavy.json()["error"] or "MB it may use" in heavy.json()["error"]
+    assert growth.mb < 200
+    for answer in (bomb, heavy):  # our words: onnxruntime's never reach the device
+        assert "ONNXRuntimeError" not in answer.text and "onnxruntime_src" not in answer.text
+    assert await events_of(bus, "model.published") == []
+
+
+async def test_a_model_with_external_data_is_refused_without_reading_the_file(
+    http: httpx.AsyncClient,
+    trained: TrainedModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe's `home/credentials/join.token`: a location relative to the gateway's working
+    directory, of a file big enough for the tensor (onnxruntime read it, before the fix)."""
+    (tmp_path / "home" / "credentials").mkdir(parents=True)
+    secret = tmp_path / "home" / "credentials" / "join.token"
+    secret.write_bytes(b"\0" * 4096)
+    monkeypatch.chdir(tmp_path)
+    errors: list[str] = []
+    with open_watch(secret) as watch:
+        for location in ("home/credentials/join.token", "home/credentials/missing.token"):
+            data = external_in(trained.to_onnx(), location)
+            answer = await upload_model(http, data, f"ext-{len(errors)}")
+            assert answer.status_code == 422, answer.text
+            errors.append(answer.json()["error"])
+    assert not watch.opened()
+    assert "in an external file: every tensor must be inside the upload" in errors[0]
+    assert errors[0] == errors[1]  # whether the file exists is not told
+
+
+# --- runtimes that must make sense (the probe: a device uploads 1e-6 s for gemm 512, 1024) ---
+
+
+async def task_view(fleet: Fleet, task_id: str, *statuses: str) -> dict[str, Any]:
+    """GET /v1/tasks/{id} once it shows one of `statuses`."""
+    view: dict[str, Any] = {}
+    for _ in range(300):
+        reply = await fleet.http.get(f"/v1/tasks/{task_id}", headers=as_role("viewer"))
+        view = reply.json()
+        if reply.status_code == 200 and view["status"] in statuses:
+            return view
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"task {task_id} is not {statuses}: {view}")
+
+
+async def submitted(fleet: Fleet) -> str:
+    body = {"workload": "gemm", "size": 512}
+    reply = await fleet.http.post("/v1/tasks", json=body, headers=as_role("engineer"))
+    assert reply.status_code == 201, reply.text
+    task_id: str = reply.json()["task_id"]
+    return task_id
+
+
+async def runs(fleet: Fleet, device: dict[str, str], task_id: str, runtime_s: float) -> Any:
+    """The device takes its next work item (`task_id`), starts it and reports `runtime_s`."""
+    got = await fleet.http.get("/v1/agent/work", params={"wait": 10}, headers=device)
+    assert got.status_code == 200 and got.json()["task_id"] == task_id, got.text
+    url = f"/v1/agent/tasks/{task_id}"
+    started = await fleet.http.post(f"{url}/started", json={"attempt": 1}, headers=device)
+    assert started.status_code == 204, started.text
+    body = {**RESULT, "config": got.json()["config"], "runtime_s": runtime_s}
+    return await fleet.http.post(f"{url}/result", json=body, headers=device)
+
+
+async def test_runtimes_that_cannot_be_true_are_refused_held_to_the_verified_and_flagged(
+    settings: Settings, fleet: Fleet, placement_service: None
+) -> None:
+    devices = {}
+    for name in ("deva", "devb"):
+        joined = await fleet.join(name=name)
+        assert joined.status_code == 201, joined.text
+        devices[name] = bearer(joined.json()["token"])
+    deva, devb = devices["deva"], devices["devb"]
+    url = "/v1/agent/measurements"
+
+    # deva's 1e-6 s for gemm 512 and 1024 is beyond its 8 CPUs: refused, each with why; its
+    # 0.002 s for 512 (a lie the hardware cannot tell) is recorded, as is devb's 0.1 s.
+    lies = [
+        measurement("m-512", size=512, runtime_s=1e-6),
+        measurement("m-1024", size=1024, runtime_s=1e-6),
+        measurement("m-claim", size=512, runtime_s=0.002),
+    ]
+    upload = await fleet.http.post(url, json={"measurements": lies}, headers=deva)
+    assert upload.status_code == 200, upload.text
+    answer = upload.json()
+    assert (answer["accepted"], answer["known"]) == (1, 0)
+    assert [r["measurement_id"] for r in answer["refused"]] == ["m-512", "m-1024"]
+    assert answer["refused"][0]["why"].startswith(
+        "1e-06 s for gemm size 512 is 2.68e+14 FLOP/s, over the 3.07e+12 FLOP/s its claimed "
+        "hardware could reach (8 CPUs x 6 GHz x 16 FLOP/cycle (fma), with a margin of 4 x)"
+    )
+    honest = [measurement("m-b", size=512, runtime_s=0.1)]
+    upload = await fleet.http.post(url, json={"measurements": honest}, headers=devb)
+    assert upload.json() == {"accepted": 1, "known": 0, "refused": []}
+    t = tables.measurements
+    with fleet.engine.connect() as conn:
+        kept = conn.execute(select(t.c.measurement_id).where(t.c.device_id == "deva")).scalars()
+        assert set(kept) <= {"deva:m-claim"}  # never a refused one
+
+    # devb runs gemm 512 for the fleet while deva is offline (it has said nothing yet).
+    assert (await fleet.http.post("/v1/agent/heartbeat", json={}, headers=devb)).status_code == 204
+    first = await submitted(fleet)
+    assert (await task_view(fleet, first, "placed"))["placement"]["device_id"] == "devb"
+    ran = await runs(fleet, devb, first, 0.1)
+    assert ran.status_code == 200 and ran.json()["recorded"] is True
+    assert (await task_view(fleet, first, "finished"))["result"]["off_estimate"] is None
+    # Now 20 times devb's verified run is more than the same hardware is believed to gain.
+    ahead = [measurement("m-ahead", size=512, runtime_s=0.005)]
+    upload = await fleet.http.post(url, json={"measurements": ahead}, headers=deva)
+    assert upload.json()["refused"] == [
+        {
+            "measurement_id": "m-ahead",
+            "why": "0.005 s for gemm size 512 is 20 x faster than devb's verified 0.1 s: at "
+            "most 10 x is believed (10 x)",
+        }
+    ]
+
+    # deva comes online: its unverified 0.002 s counts as devb's verified 0.1 s less the
+    # fleet's spread, and the tasks alternate instead of all going to deva.
+    for device in (deva, devb):
+        assert (await fleet.http.post("/v1/agent/heartbeat", json={}, headers=device)).is_success
+    for _ in range(100):
+        reply = await fleet.bus.nc.request(
+            placement_subject(settings), orjson.dumps({"workload": "gemm", "size": 512}), 10
+        )
+        if any(c["device_id"] == "deva" for c in orjson.loads(reply.data).get("candidates", [])):
+            break
+        await asyncio.sleep(0.1)
+    tasks = [await submitted(fleet) for _ in range(4)]
+    views = [await task_view(fleet, task_id, "placed") for task_id in tasks]
+    where = [v["placement"]["device_id"] for v in views]
+    assert where == ["deva", "devb", "deva", "devb"], [v["placement"]["reason"] for v in views]
+    lead = views[0]["placement"]
+    assert lead["reason"].startswith(
+        "deva: queue 0.0 s + best measured 0.002 s (ranks=1 threads=1 tile=64) unverified, "
+        "counted as 0.091 s (devb's verified best 0.1 s less the fleet's spread of 10 %) "
+        "= 0.091 s; next devb 0.1 s"
+    )
+    assert lead["verified"] is False and lead["claimed_s"] == 0.002
+    assert lead["expected_s"] == pytest.approx(0.1 / 1.1)
+
+    # deva's first task takes 0.1 s, 50 times its own claim: recorded, flagged on the task and
+    # on deva. Its second says 1e-6 s: refused, recorded as a failed run.
+    ran = await runs(fleet, deva, tasks[0], 0.1)
+    assert ran.status_code == 200 and ran.json()["recorded"] is True
+    flag = "ran 0.1 s, 50 x slower than its own estimate of 0.002 s (more than 4 x off)"
+    assert (await task_view(fleet, tasks[0], "finished"))["result"]["off_estimate"] == flag
+    shown = await fleet.http.get("/v1/devices/deva", headers=as_role("viewer"))
+    assert shown.json()["off_estimates"] == 1
+    assert shown.json()["off_estimate"] == f"task {tasks[0]}: {flag}"
+    with fleet.engine.connect() as conn:
+        row = conn.execute(select(tables.devices).where(tables.devices.c.device_id == "devb"))
+        assert row.mappings().one()["off_estimates"] == 0
+    fake = await runs(fleet, deva, tasks[2], 1e-6)
+    assert fake.status_code == 422
+    assert fake.json()["error"].startswith(
+        f"the result of attempt 1 of task {tasks[2]} is refused: 1e-06 s for gemm size 512 is "
+    )
+    assert fake.json()["error"].endswith("it is recorded as a failed run")
+    for _ in range(100):
+        failures = task_row(fleet.engine, tasks[2])["failures"]
+        if failures:
+            break
+        await asyncio.sleep(0.1)
+    assert "its reported runtime is refused" in failures[0]
+    measured = select(t.c.measurement_id).where(t.c.measurement_id == f"task-{tasks[2]}-1")
+    with fleet.engine.connect() as conn:
+        assert conn.execute(measured).first() is None
+    await close_agent_polls(fleet.app)

@@ -1,5 +1,6 @@
 """Joining the fleet on real NATS and Postgres with a real projector: the join token traded for a
-device credential that acts only as its device, refused when wrong, revoked or rotated; the
+device credential that acts only as its device, refused when wrong, revoked or rotated, and past
+its uses or its expiry (saying which; concurrent joins on two gateways never pass its cap); the
 join token shown only to an admin on loopback, in no event and no log line; device and join
 tokens refused on every user endpoint; `hpc-ds1 token join [--rotate]`."""
 
@@ -15,6 +16,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +35,17 @@ from hpc_ds1.credentials import (
     join_token_path,
     read_join_token,
     register_join_token,
+    rotate_join_token,
+    token_limits,
     token_state,
 )
 from hpc_ds1.db import tables
-from hpc_ds1.events import TokenRevoked, envelope
+from hpc_ds1.events import TokenCreated, TokenRevoked, envelope
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.services.gateway import create_app, fleet_api
 from hpc_ds1.services.gateway.fleet_api import is_loopback
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal, lookup, token_hash
+from hpc_ds1.tokens import Principal, lookup, new_token, token_hash
 from tests.cli.test_serve import cli_headers, start_serve, stop, wait_ready
 from tests.commands import HPC_DS1, hpc
 
@@ -66,6 +71,44 @@ async def revoke(bus: EventBus, engine: Engine, token_id: str, token: str) -> No
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the revocation was not projected")
+
+
+async def limited_join_token(
+    fleet: Fleet,
+    *,
+    uses: int | None = None,
+    expires_at: datetime | None = None,
+    token: str | None = None,
+) -> str:
+    """A join token registered with these limits (a new one, or `token`), once projected."""
+    token = token or new_token()
+    event = TokenCreated(
+        token_id=join_token_id(token),
+        holder=JOIN_HOLDER,
+        role="join",
+        sha256=token_hash(token),
+        expires_at=expires_at,
+        max_uses=uses,
+    )
+    await fleet.bus.publish(envelope(event, actor="admin", source="test", prefix=fleet.bus.prefix))
+    for _ in range(400):
+        if token_limits(fleet.engine, token) is not None:
+            return token
+        await asyncio.sleep(0.05)
+    raise AssertionError("the join token was not projected")
+
+
+async def token_events(bus: EventBus, token: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(env.type, env.data) for _, env in await bus.history("token", join_token_id(token))]
+
+
+async def projected_uses(engine: Engine, token: str, expected: int) -> int:
+    for _ in range(400):
+        limits = token_limits(engine, token)
+        if limits is not None and limits.uses >= expected:
+            return limits.uses
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"uses never reached {expected}: {token_limits(engine, token)}")
 
 
 def device_row(engine: Engine, device_id: str) -> Any:
@@ -319,7 +362,7 @@ def cli_process_env(home: Path) -> dict[str, str]:
     return {**env, "HPC_DS1_HOME": str(home)}
 
 
-def test_serve_prints_the_join_command_once_and_the_gateway_registers_it(
+def test_serve_logs_no_join_token_and_the_gateway_registers_it(
     tmp_path: Path, nats_url: str, database_url: str
 ) -> None:
     home = tmp_path / "home"
@@ -360,6 +403,134 @@ def test_serve_prints_the_join_command_once_and_the_gateway_registers_it(
         assert cli.stdout.splitlines() == [token, f"Join      {shown.json()['command']}"]
     finally:
         output = stop(process, signal.SIGINT)
+    # Its stdout is no terminal (a pipe): the join token is not printed, nor logged.
     join = [line for line in output.splitlines() if line.startswith("  Join      ")]
-    assert join == [f"  Join      hpc-ds1 agent --server {url} --token {token}"]
-    assert output.count(token) == 1  # printed once on its own terminal, never logged
+    assert join == ["  Join      `hpc-ds1 token join` prints the command that joins a device"]
+    assert token not in output
+
+
+async def test_a_join_token_admits_its_uses_and_then_says_it_is_spent(fleet: Fleet) -> None:
+    fleet.join_token = await limited_join_token(fleet, uses=2)
+    first = await fleet.join(name="dev-1")
+    # A name that is taken costs no use.
+    assert (await fleet.join(name="dev-1")).status_code == 409
+    second = await fleet.join(name="dev-2")
+    assert (first.status_code, second.status_code) == (201, 201), (first.text, second.text)
+
+    third = await fleet.join(name="dev-3")
+    assert third.status_code == 401, third.text
+    said = third.json()["error"]
+    token_id = join_token_id(fleet.join_token)
+    assert f"the join token {token_id} was used 2 of 2 times" in said
+    assert "hpc-ds1 token join --rotate" in said
+    assert third.headers["www-authenticate"] == "Bearer"
+    assert device_row(fleet.engine, "dev-3") is None
+    # Each use is a fact of the log, appended before its device was registered.
+    events = await token_events(fleet.bus, fleet.join_token)
+    assert [(t, d.get("device_id")) for t, d in events] == [
+        ("token.created", None),
+        ("token.used", "dev-1"),
+        ("token.used", "dev-2"),
+    ]
+    history = await fleet.bus.history("token", token_id)
+    used = {env.data["device_id"]: env for _, env in history if env.type == "token.used"}
+    for device in ("dev-1", "dev-2"):
+        registered = (await fleet.bus.history("device", device))[0][1]
+        assert registered.causation_id == used[device].id
+    assert await projected_uses(fleet.engine, fleet.join_token, 2) == 2
+    limits = token_limits(fleet.engine, fleet.join_token)
+    assert limits is not None and (limits.max_uses, limits.uses_left) == (2, 0)
+
+
+async def test_concurrent_joins_on_two_gateways_never_pass_the_cap(
+    settings: Settings, fleet: Fleet
+) -> None:
+    """Five joins at once with a token of two uses, on two gateways (each its own connection
+    to NATS, as replicas have): exactly two devices join; the others are told it is spent."""
+    assert settings.nats_url
+    fleet.join_token = await limited_join_token(fleet, uses=2)
+    other_bus = await EventBus.connect(settings, settings.nats_url, "test-replica")
+    try:
+        replica = create_app(settings, other_bus, fleet.engine)
+        transport = httpx.ASGITransport(app=replica)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as other:
+
+            async def join(i: int) -> httpx.Response:
+                http = fleet.http if i % 2 else other
+                body = {"hostname": "node", "fingerprint": FINGERPRINT, "name": f"dev-c{i}"}
+                return await http.post(
+                    "/v1/fleet/join", json=body, headers=bearer(fleet.join_token)
+                )
+
+            replies = await asyncio.gather(*(join(i) for i in range(5)))
+    finally:
+        await other_bus.close()
+    codes = sorted(r.status_code for r in replies)
+    assert codes == [201, 201, 401, 401, 401], [r.text for r in replies]
+    for reply in replies:
+        if reply.status_code == 401:
+            assert "was used 2 of 2 times" in reply.json()["error"]
+    joined = {r.json()["device_id"] for r in replies if r.status_code == 201}
+    events = await token_events(fleet.bus, fleet.join_token)
+    assert sorted(d["device_id"] for t, d in events if t == "token.used") == sorted(joined)
+    with fleet.engine.connect() as conn:
+        devices = {r.device_id for r in conn.execute(select(tables.devices.c.device_id))}
+    assert {d for d in devices if d.startswith("dev-c")} <= joined
+    assert await projected_uses(fleet.engine, fleet.join_token, 2) == 2
+
+
+async def test_an_expired_join_token_is_refused_saying_when(fleet: Fleet) -> None:
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    fleet.join_token = await limited_join_token(fleet, uses=10, expires_at=past)
+    refused = await fleet.join(name="dev-e")
+    assert refused.status_code == 401, refused.text
+    said = refused.json()["error"]
+    token_id = join_token_id(fleet.join_token)
+    assert f"the join token {token_id} expired at {past:%Y-%m-%d %H:%M:%S} UTC" in said
+    assert "hpc-ds1 token join --rotate" in said
+    assert device_row(fleet.engine, "dev-e") is None
+    assert [t for t, _ in await token_events(fleet.bus, fleet.join_token)] == ["token.created"]
+
+
+async def test_a_cached_join_token_is_refused_once_it_expires(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway remembers an accepted token for a moment (token_cache.py): its expiry is
+    checked on every join all the same."""
+    expires = datetime.now(UTC) + timedelta(hours=1)
+    fleet.join_token = await limited_join_token(fleet, uses=10, expires_at=expires)
+    assert (await fleet.join(name="dev-t1")).status_code == 201
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=2)
+
+    monkeypatch.setattr(fleet_api, "datetime", Later)
+    refused = await fleet.join(name="dev-t2")
+    assert refused.status_code == 401 and "expired at" in refused.json()["error"]
+
+
+async def test_an_expired_or_spent_home_join_token_is_shown_so_and_replaced_on_start(
+    fleet: Fleet,
+) -> None:
+    """GET /v1/fleet/join-token tells the expiry and uses left; the next start of the gateway
+    replaces a token that expired (as one that was revoked) with one of the default limits."""
+    shown = (await fleet.http.get("/v1/fleet/join-token", headers=as_role("admin"))).json()
+    assert shown["token_id"] == join_token_id(fleet.join_token) and shown["state"] == "active"
+    assert (shown["max_uses"], shown["uses_left"]) == (10, 10)
+    left = datetime.fromisoformat(shown["expires_at"]) - datetime.now(UTC)
+    assert timedelta(hours=23) < left <= timedelta(hours=24)
+    assert shown["problem"] is None
+
+    old = await asyncio.to_thread(rotate_join_token, fleet.settings.home)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await limited_join_token(fleet, uses=10, expires_at=past, token=old)
+    shown = (await fleet.http.get("/v1/fleet/join-token", headers=as_role("admin"))).json()
+    assert shown["token"] == old and shown["state"] == "expired"
+    assert "expired at" in shown["problem"]
+    assert await register_join_token(fleet.bus, fleet.engine, fleet.settings.home, wait_s=30)
+    new = read_join_token(fleet.settings.home)
+    assert new is not None and new != old
+    fleet.join_token = new
+    assert (await fleet.join(name="dev-n")).status_code == 201

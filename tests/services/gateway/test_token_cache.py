@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, insert, update
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
-from hpc_ds1.events import TokenRevoked, envelope
+from hpc_ds1.events import TokenCreated, TokenRevoked, envelope
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.auth import install_auth
 from hpc_ds1.services.gateway.token_cache import TokenCache
 from hpc_ds1.settings import Settings
+from hpc_ds1.tokens import new_token, token_hash
 
-from .conftest import as_role, asgi_client
+from .conftest import as_role, asgi_client, fold
 
 # The longest the tests wait for the event to reach the gateway (it takes milliseconds).
 EVENT_WAIT_S = 10.0
@@ -112,3 +114,90 @@ async def test_nothing_kept_is_trusted_after_the_connection_came_back(
     assert cache.lookups == 2
     assert await whoami(http, "viewer") == 200
     assert cache.lookups == 2
+
+
+async def bearer_status(http: httpx.AsyncClient, token: str) -> int:
+    reply = await http.get("/v1/whoami", headers={"Authorization": f"Bearer {token}"})
+    return reply.status_code
+
+
+async def test_a_token_known_to_be_bad_is_not_looked_up_again(
+    app: FastAPI, http: httpx.AsyncClient
+) -> None:
+    cache = cache_of(app)
+    cache.refused_s = 3600.0
+    wrong = new_token()
+    for _ in range(30):
+        assert await bearer_status(http, wrong) == 401
+    assert cache.lookups == 1 and cache.refusals == 29
+    # A revoked token, too.
+    assert await whoami(http, "viewer") == 200
+    cache.revoked.add("tok_viewer")
+    for _ in range(10):
+        assert await whoami(http, "viewer") == 401
+    assert cache.lookups == 3  # viewer's first lookup, then its refusal's
+
+
+async def test_a_token_created_after_a_failed_try_works_once_its_event_arrives(
+    app: FastAPI, http: httpx.AsyncClient, settings: Settings, bus: EventBus, engine: Engine
+) -> None:
+    cache = cache_of(app)
+    cache.refused_s = 3600.0  # only its token.created event can end the refusal here
+    token = new_token()
+    assert await bearer_status(http, token) == 401
+    assert await bearer_status(http, token) == 401
+    assert cache.lookups == 1  # refused from memory the second time
+    created = TokenCreated(
+        token_id="tok_late", holder="late", role="viewer", sha256=token_hash(token)
+    )
+    await fold(settings, bus, engine, created)
+    deadline = asyncio.get_running_loop().time() + EVENT_WAIT_S
+    while await bearer_status(http, token) != 200:
+        assert asyncio.get_running_loop().time() < deadline, "the new token stayed refused"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_token_looked_up_before_its_event_is_folded_is_not_remembered_as_bad(
+    app: FastAPI, http: httpx.AsyncClient, settings: Settings, bus: EventBus, engine: Engine
+) -> None:
+    cache = cache_of(app)
+    cache.refused_s = 3600.0
+    assert await whoami(http, "viewer") == 200  # subscribed
+    token = new_token()
+    created = TokenCreated(
+        token_id="tok_soon", holder="soon", role="viewer", sha256=token_hash(token)
+    )
+    await bus.publish(envelope(created, actor="tester", source="test", prefix=bus.prefix))
+    deadline = asyncio.get_running_loop().time() + EVENT_WAIT_S
+    while token_hash(token) not in cache._created:  # the event reached the gateway
+        assert asyncio.get_running_loop().time() < deadline, "the event never came"
+        await asyncio.sleep(0.01)
+    assert await bearer_status(http, token) == 401  # not projected yet
+    await fold(settings, bus, engine)
+    assert await bearer_status(http, token) == 200  # at once: the miss was not remembered
+
+
+async def test_a_token_made_without_an_event_works_within_the_refusal_window(
+    app: FastAPI, http: httpx.AsyncClient, engine: Engine
+) -> None:
+    cache = cache_of(app)
+    cache.refused_s = 0.2
+    token = new_token()
+    assert await bearer_status(http, token) == 401
+    assert await bearer_status(http, token) == 401
+    assert cache.lookups == 1
+    with engine.begin() as conn:  # a row made by hand: no event tells the gateway
+        conn.execute(
+            insert(tables.tokens).values(
+                token_id="tok_hand",
+                holder="hand",
+                role="viewer",
+                sha256=token_hash(token),
+                created_by="hand",
+                created_at=datetime.now(UTC),
+                revoked=False,
+                seq=0,
+            )
+        )
+    await asyncio.sleep(cache.refused_s + 0.1)
+    assert await bearer_status(http, token) == 200

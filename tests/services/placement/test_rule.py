@@ -25,6 +25,7 @@ from hpc_ds1.events import (
     TaskWaiting,
 )
 from hpc_ds1.fleet.placement import (
+    FLEET_SPREAD,
     DeviceView,
     Estimate,
     FleetState,
@@ -308,3 +309,82 @@ def test_the_candidates_are_the_best_16_by_guard_finish_and_id_whatever_the_orde
         assert got.device_id == ranked[0].device_id
         assert [c.device_id for c in got.candidates] == [d.device_id for d in ranked[:16]]
         assert got.runner_up == ranked[1].device_id
+
+
+# --- verified and unverified estimates ----------------------------------------------------
+
+
+def test_an_unverified_claim_counts_no_faster_than_the_verified_best_less_the_spread() -> None:
+    """The probe: dev-a uploads 1e-6 s; dev-b has run the job for the fleet in 0.1 s."""
+    a = device("dev-a", best={KEY: measured(1e-6)})
+    b = device("dev-b", best={KEY: measured(0.1)}, ran={KEY: 0.1})
+    got = placed(place(JOB, [a, b], now=0.0))
+    floor = 0.1 / (1 + FLEET_SPREAD)
+    assert got.device_id == "dev-a" and got.verified is False
+    assert got.expected_s == pytest.approx(floor) and got.claimed_s == 1e-6
+    assert got.reason == (
+        "dev-a: queue 0.0 s + best measured 1e-06 s (ranks=1 threads=2 tile=64) unverified, "
+        "counted as 0.091 s (dev-b's verified best 0.1 s less the fleet's spread of 10 %) "
+        "= 0.091 s; next dev-b 0.1 s"
+    )
+    first, second = got.candidates
+    assert (first.verified, first.runtime_s, first.counted_s) == (False, 1e-6, pytest.approx(floor))
+    assert (second.verified, second.counted_s) == (True, None)
+    event = got.event(1)
+    assert event.claimed_s == 1e-6 and event.verified is False
+
+
+def test_claims_of_1e_6_s_do_not_take_every_task() -> None:
+    """Placed one after another, the clamped claim fills dev-a's queue like any other: the
+    tasks alternate instead of all going to the device that claims to be fastest."""
+    s = FleetState()
+    for did in ("dev-a", "dev-b"):
+        s.apply(1, DeviceRegistered(device_id=did, hostname="h", fingerprint=FP), 0)
+        s.devices[did].online = True
+    s.apply(2, measurement("ma", "dev-a", 1e-6), 0)
+    s.apply(3, measurement("mb", "dev-b", 0.1), 0)
+    s.apply(4, TaskSubmitted(task_id="v", workload="nbody", size=4096, submitted_by="u"), 0)
+    s.apply(5, placed_event("v", "dev-b", expected_s=0.1), 0)
+    s.apply(6, TaskFinished(task_id="v", attempt=1, device_id="dev-b", config=B, runtime_s=0.1), 0)
+    assert s.devices["dev-b"].ran == {KEY: 0.1} and not s.devices["dev-a"].ran
+    where = []
+    for i in range(10):
+        task_id = f"t{i}"
+        submitted = TaskSubmitted(task_id=task_id, workload="nbody", size=4096, submitted_by="u")
+        s.apply(10 + 2 * i, submitted, 0)
+        got = placed(place(s.tasks[task_id].spec, s.devices.values(), now=0.0))
+        s.apply(11 + 2 * i, got.event(1), 0)
+        where.append(got.device_id)
+    assert 4 <= where.count("dev-a") <= 6, where
+
+
+def test_a_verified_devices_claim_counts_no_faster_than_its_own_last_run_of_the_job() -> None:
+    a = device("dev-a", best={KEY: measured(0.01)}, ran={KEY: 0.5})
+    b = device("dev-b", best={KEY: measured(0.3)})
+    got = placed(place(JOB, [a, b], now=0.0))
+    assert got.device_id == "dev-b"
+    # dev-b has not run it: its claim is held to dev-a's verified 0.45 s less the spread.
+    assert got.reason == (
+        "dev-b: queue 0.0 s + best measured 0.3 s (ranks=1 threads=2 tile=64) unverified, "
+        "counted as 0.41 s (dev-a's verified best 0.45 s less the fleet's spread of 10 %) "
+        "= 0.41 s; next dev-a 0.45 s (measured 0.01 s, counted higher)"
+    )
+    alone = placed(place(JOB, [a], now=0.0))
+    assert alone.verified is True and alone.expected_s == pytest.approx(0.5 / 1.1)
+    own = "counted as 0.45 s (its own last run of the job took 0.5 s, less the fleet's spread"
+    assert own in alone.reason
+
+
+def test_the_coordinators_own_device_is_trusted_and_without_one_verified_claims_stand() -> None:
+    a = device("dev-a", best={KEY: measured(1e-6)})
+    b = device("dev-b", best={KEY: measured(0.1)})
+    got = placed(place(JOB, [a, b], now=0.0))  # nobody has run it: nothing to hold claims to
+    assert got.device_id == "dev-a" and got.expected_s == 1e-6 and got.claimed_s is None
+    own = device("own", best={KEY: measured(0.1)}, local=True)
+    got = placed(place(JOB, [a, own], now=0.0))
+    assert got.expected_s == pytest.approx(0.1 / 1.1) and "own's verified best" in got.reason
+    # A claim slower than the verified best is counted as it is.
+    slow = device("slow", best={KEY: measured(0.5)})
+    got = placed(place(JOB, [slow, own], now=0.0))
+    assert got.device_id == "own" and got.claimed_s is None
+    assert got.candidates[1].verified is False and got.candidates[1].counted_s is None

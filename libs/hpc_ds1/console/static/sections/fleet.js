@@ -92,7 +92,19 @@ function deviceRow(d) {
       el("br"),
       el("code", { class: "muted" }, d.device_id)
     ),
-    el("td", {}, badge(d.status), d.status_reason ? el("div", { class: "muted" }, d.status_reason) : heard),
+    el(
+      "td",
+      {},
+      badge(d.status),
+      d.status_reason ? el("div", { class: "muted" }, d.status_reason) : heard,
+      d.off_estimates
+        ? el(
+            "div",
+            { class: "error", title: d.off_estimate || "" },
+            `${d.off_estimates} result${d.off_estimates === 1 ? "" : "s"} far from its own estimate`
+          )
+        : null
+    ),
     el("td", {}, hardware(d.hardware)),
     el("td", {}, kernels(d.measured)),
     el("td", {}, model),
@@ -118,7 +130,8 @@ function resultCell(t) {
   if (t.result) {
     const r = t.result;
     const vs = r.expected_s ? ` (expected ${fmtSeconds(r.expected_s)})` : "";
-    return [el("strong", {}, fmtSeconds(r.runtime_s)), vs];
+    const off = r.off_estimate ? el("div", { class: "error" }, `flagged: ${r.off_estimate}`) : null;
+    return [el("strong", {}, fmtSeconds(r.runtime_s)), vs, off];
   }
   if (t.status === "failed" && t.failures.length) {
     return el("span", { class: "error" }, t.failures[t.failures.length - 1]);
@@ -263,16 +276,29 @@ export async function init(root) {
   if (me && me.role === "admin") {
     try {
       const join = await api("/v1/fleet/join-token");
-      part("join-command").textContent = join.command;
       part("join-actions").hidden = false;
-      part("join-copy").addEventListener("click", async () => {
-        try {
-          await navigator.clipboard.writeText(join.command);
-          part("join-copied").textContent = "Copied.";
-        } catch {
-          part("join-copied").textContent = "Select the command and copy it.";
-        }
-      });
+      if (join.problem) {
+        // Expired or used up: no dead command to copy, but how to make a new one.
+        part("join-copy").hidden = true;
+        part("join-copied").textContent = join.problem;
+      } else {
+        const limits = [
+          join.expires_at ? `Expires ${fmtTime(join.expires_at)}` : "",
+          join.uses_left != null ? `${join.uses_left} of ${join.max_uses} uses left` : "",
+        ]
+          .filter(Boolean)
+          .join(" · ");
+        part("join-command").textContent = join.command;
+        part("join-copied").textContent = limits;
+        part("join-copy").addEventListener("click", async () => {
+          try {
+            await navigator.clipboard.writeText(join.command);
+            part("join-copied").textContent = `Copied. ${limits}`;
+          } catch {
+            part("join-copied").textContent = "Select the command and copy it.";
+          }
+        });
+      }
     } catch {
       // Not on this machine (or no join token yet): the placeholder and the sentence stay.
     }
