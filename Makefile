@@ -8,7 +8,7 @@ export CONSOLE_SCREENS ?= $(CURDIR)/build/console-screens
 SCREENS := $(CONSOLE_SCREENS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser slurm run test lint format typecheck pytest schemas bench bench-eventlog bench-decide-http bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes clean
+.PHONY: help install browser slurm run test lint format typecheck pytest schemas bench bench-eventlog bench-decide-http bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes bench-probe clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ bench-replicas: $(STAMP) ## two gateways, decisions, projectors as processes: ki
 bench-serve-modes: $(STAMP) ## `serve` with its services in one process vs each its own: decide p50/p99, requests/s (1 and 8 clients)
 	@deploy/install-wrk.sh
 	$(BIN)/python benchmarks/bench_serve_modes.py 1000 --rounds 2
+
+bench-probe: $(STAMP) ## issue 41's probe as a device credential's holder against a fresh `serve`: what holds now
+	$(BIN)/python benchmarks/probe_devices.py
 
 bench-console: $(STAMP) ## the console's first view with 100,000 events in the log (HTTP and a real browser)
 	$(BIN)/python benchmarks/bench_console.py 100000

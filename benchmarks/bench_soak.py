@@ -154,7 +154,11 @@ def rss_growth(samples: list[Sample], warmup: float, duration_s: float) -> float
 # --- the serving process ------------------------------------------------------------------
 
 
-def start_serve(home: Path, port: int) -> subprocess.Popen[bytes]:
+def start_serve(
+    home: Path, port: int, settings: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`hpc-ds1 serve` on `home`, its stdout and stderr (not a terminal) in home/serve.log;
+    `settings`: HPC_DS1_* variables over the soak's own; `cwd`: its working directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
     env.update(
         HPC_DS1_HOME=str(home),
@@ -164,6 +168,7 @@ def start_serve(home: Path, port: int) -> subprocess.Popen[bytes]:
         # Every session move waits for an engineer: the load approves them over HTTP.
         HPC_DS1_AUTO_THRESHOLD="1.0",
     )
+    env.update(settings or {})
     home.mkdir(parents=True, exist_ok=True)
     with (home / "serve.log").open("ab") as log:
         return subprocess.Popen(
@@ -172,6 +177,7 @@ def start_serve(home: Path, port: int) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            cwd=cwd,
         )
 
 

@@ -19,9 +19,9 @@ from hpc_ds1.requests import StartSessionRequest
 from hpc_ds1.runner import InvalidJob, validate
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import Config, ConfigSpace
+from hpc_ds1.tuning.session import SessionState, evolve
 from hpc_ds1.workloads import UnknownWorkload
 
-from .domain import SessionState, evolve
 from .sessions import SessionRunner
 
 log = get_logger("coordinator")

@@ -33,8 +33,7 @@ from hpc_ds1.requests import DecideRequest, RunRequest
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
 from hpc_ds1.subjects import agent_run_subject, decide_subject
-
-from .domain import (
+from hpc_ds1.tuning.session import (
     MAX_MISSES,
     PICK,
     SessionState,
@@ -231,7 +230,7 @@ class SessionRunner:
     ) -> None:
         """System 1's configuration, once, where the session would end (the model's STOP, no
         untried move, or two misses in a row) and System 1 predicts it clearly faster than the
-        best so far (domain.pick_to_offer); judged by the keep rule like any move. Its
+        best so far (tuning.session.pick_to_offer); judged by the keep rule like any move. Its
         confidence and mode are System 1's, escalated with the decision's."""
         s = self.state
         assert s.best_config is not None

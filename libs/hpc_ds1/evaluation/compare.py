@@ -19,8 +19,8 @@ from typing import Any
 from hpc_ds1.model import Measurement, Model, aggregate
 from hpc_ds1.model.transfer import BANDWIDTHS, WEIGHTS, Table, pick, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
-from hpc_ds1.services.coordinator.domain import PICK_MIN_GAIN
 from hpc_ds1.space import ConfigSpace
+from hpc_ds1.tuning.session import PICK_MIN_GAIN
 
 from . import policies as pol
 from .landscape import Cell, Point, build_cells, nearest_size, percentile

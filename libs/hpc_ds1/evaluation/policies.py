@@ -16,7 +16,8 @@ from hpc_ds1.events import SessionMoveDecided, SessionMoveResolved, SessionStart
 from hpc_ds1.model.schema import State, Thresholds
 from hpc_ds1.runner import is_faster
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
-from hpc_ds1.services.coordinator.domain import (
+from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
+from hpc_ds1.tuning.session import (
     MAX_MISSES,
     PICK,
     PICK_MIN_GAIN,
@@ -26,7 +27,6 @@ from hpc_ds1.services.coordinator.domain import (
     pick_to_offer,
     resolve,
 )
-from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
 
 from .landscape import Cell
 

@@ -46,6 +46,7 @@ from ..events import (
     TaskSubmitted,
     TaskWaiting,
 )
+from .plausible import FLEET_FACTOR
 
 Basis = Literal["measured", "predicted", "none"]
 # rejected, finish, device id, queue, estimate, runtime counted, verified, why counted higher
@@ -671,6 +672,20 @@ class FleetState:
         d.best[key] = Estimate(e.runtime_s, dict(e.config), "measured", source=e.measurement_id)
         return Change(fleet=found is None)
 
+    def _believable(self, device_id: str, key: tuple[str, int], e: TaskFinished) -> bool:
+        """Whether a finished run may verify its device's estimate of the job: no other device's
+        verified runtime of it (its last task run, or the coordinator's own measurement) is more
+        than FLEET_FACTOR times slower."""
+        for other in self.devices.values():
+            if other.device_id == device_id:
+                continue
+            known = other.ran.get(key)
+            if known is None and other.local and key in other.best:
+                known = other.best[key].runtime_s
+            if known is not None and e.runtime_s * FLEET_FACTOR < known:
+                return False
+        return True
+
     def _unassign(self, task: TaskView) -> None:
         if task.device_id is not None and task.device_id in self.devices:
             self.devices[task.device_id].drop(task.task_id)
@@ -694,8 +709,13 @@ class FleetState:
             if e.attempt == task.attempt:
                 self._unassign(task)
                 task.status = "finished"
-                if e.device_id == task.device_id:  # seen run for the fleet: verified
-                    self.device(e.device_id).ran[(task.workload, task.size)] = e.runtime_s
+                key = (task.workload, task.size)
+                # Seen run for the fleet: verified, unless it claims to have beaten every other
+                # device's verified runtime of the job by more than the plausibility check's
+                # unscaled factor. A device's reports are its own, and one that claimed vast
+                # hardware at its join would otherwise verify its own 1e-6 s (the probe's liar).
+                if e.device_id == task.device_id and self._believable(e.device_id, key, e):
+                    self.device(e.device_id).ran[key] = e.runtime_s
         elif isinstance(e, TaskRunFailed):
             task.failed_on.add(e.device_id)
             if e.attempt == task.attempt and task.status in ("placed", "running"):

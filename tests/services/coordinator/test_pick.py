@@ -14,9 +14,9 @@ from hpc_ds1.events import (
     SessionStarted,
     SessionStepRun,
 )
+from hpc_ds1.services.coordinator.sessions import SessionRunner
 from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
-from services.coordinator.domain import PICK, evolve
-from services.coordinator.sessions import SessionRunner
+from hpc_ds1.tuning.session import PICK, evolve
 
 SPACE = ConfigSpace.for_cpus(2, (32, 64, 128))
 START = Config(ranks=2, threads=2, tile=128)

@@ -388,3 +388,31 @@ def test_the_coordinators_own_device_is_trusted_and_without_one_verified_claims_
     got = placed(place(JOB, [slow, own], now=0.0))
     assert got.device_id == "own" and got.claimed_s is None
     assert got.candidates[1].verified is False and got.candidates[1].counted_s is None
+
+
+def test_a_run_far_ahead_of_the_fleets_verified_runs_does_not_verify_its_device() -> None:
+    """The probe's liar claimed vast hardware at its join, so the plausibility check let its
+    1e-6 s through; its own task result of 1e-6 s must not make that claim verified."""
+    s = FleetState()
+    for did in ("liar", "dev-b"):
+        s.apply(1, DeviceRegistered(device_id=did, hostname="h", fingerprint=FP), 0)
+        s.devices[did].online = True
+    s.apply(2, measurement("ml", "liar", 1e-6), 0)
+    s.apply(3, measurement("mb", "dev-b", 0.1), 0)
+    done = 10
+    for task_id, did, runtime in (("v", "dev-b", 0.1), ("w", "liar", 1e-6), ("x", "liar", 0.05)):
+        s.apply(
+            done, TaskSubmitted(task_id=task_id, workload="nbody", size=4096, submitted_by="u"), 0
+        )
+        s.apply(done + 1, placed_event(task_id, did, expected_s=runtime), 0)
+        finished = TaskFinished(
+            task_id=task_id, attempt=1, device_id=did, config=B, runtime_s=runtime
+        )
+        s.apply(done + 2, finished, 0)
+        done += 3
+        if task_id == "w":
+            assert KEY not in s.devices["liar"].ran  # 1e-6 s: 100,000 x ahead of dev-b's 0.1 s
+            got = placed(place(JOB, s.devices.values(), now=0.0))
+            assert got.verified is False or got.device_id == "dev-b"
+            assert got.expected_s >= 0.1 / (1 + FLEET_SPREAD) - 1e-12
+    assert s.devices["liar"].ran == {KEY: 0.05}  # 2 x ahead: within the fleet's range, verified

@@ -11,7 +11,7 @@ from hpc_ds1.events import (
     SessionStarted,
     SessionStepRun,
 )
-from hpc_ds1.services.coordinator.domain import choose_move, replay, resolve
+from hpc_ds1.tuning.session import choose_move, replay, resolve
 
 A = {"ranks": 1, "threads": 1, "tile": 32}
 B = {"ranks": 1, "threads": 2, "tile": 32}
@@ -252,8 +252,8 @@ def test_a_finished_session_keeps_its_best() -> None:
 
 
 def test_a_pick_is_offered_once_where_system1_predicts_it_clearly_faster_and_never_ran() -> None:
-    from hpc_ds1.services.coordinator.domain import PICK, pick_to_offer
     from hpc_ds1.space import Config
+    from hpc_ds1.tuning.session import PICK, pick_to_offer
 
     far = Config(ranks=2, threads=1, tile=128).model_dump()
     here = Config.model_validate(A).label()
@@ -274,7 +274,7 @@ def test_a_pick_is_offered_once_where_system1_predicts_it_clearly_faster_and_nev
 
 
 def test_a_pick_that_ties_within_the_noise_is_kept_and_a_slower_one_is_a_miss() -> None:
-    from hpc_ds1.services.coordinator.domain import PICK
+    from hpc_ds1.tuning.session import PICK
 
     far = B
     pick = SessionMoveDecided(**{**decided(1, PICK).model_dump(), "target": far})

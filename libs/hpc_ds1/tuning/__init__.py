@@ -1,0 +1,3 @@
+"""Tuning a job one change at a time, as pure rules over events: `session` folds a tuning
+session's events and decides its next step. The coordinator drives live sessions with it and
+the evaluation replays recorded ones with the same rules, so the two cannot disagree."""
