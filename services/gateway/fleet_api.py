@@ -20,7 +20,6 @@ which the events API does not serve) and their public ids."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import random
 import re
 import secrets
@@ -50,6 +49,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, new_token_id, token_hash
 
 from .auth import limit_joins, require
+from .ratelimit import is_loopback
 from .schemas import E409, E503, ERRORS_401_403, WRITE_ERRORS
 
 log = get_logger("gateway.fleet")
@@ -147,18 +147,6 @@ class JoinToken(BaseModel):
         default=None, description="active, expired, spent or revoked (None: not registered yet)."
     )
     problem: str | None = Field(default=None, description="Why it cannot join a device now.")
-
-
-def is_loopback(host: str | None) -> bool:
-    """127.0.0.0/8 or ::1 (an IPv4-mapped loopback too); anything else, or no address, is not."""
-    if not host:
-        return False
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool((mapped or address).is_loopback)
 
 
 def device_id_for(hostname: str) -> str:
