@@ -136,6 +136,11 @@ class TokenLimits:
     revoked: bool = False
 
     @property
+    def unlimited(self) -> bool:
+        """Neither an expiry nor a use cap: a join token made before they existed."""
+        return self.expires_at is None and self.max_uses is None
+
+    @property
     def uses_left(self) -> int | None:
         return None if self.max_uses is None else max(0, self.max_uses - self.uses)
 
@@ -512,14 +517,19 @@ async def register_join_token(
     uses: int = JOIN_USES_DEFAULT,
 ) -> bool:
     """Make sure the home's join token exists and is an active token of role join, holder
-    `fleet-join` (created, registered and replaced when revoked, expired or used up; a new one
+    `fleet-join` (created, registered and replaced when revoked, expired, used up or without
+    either limit, as one made before join tokens ran out; a new one
     lasts `ttl_s` and admits `uses` devices). True once it is active. The token itself is never
     logged; only its public id."""
     token = await asyncio.to_thread(ensure_join_token, home)
-    state = await asyncio.to_thread(token_state, engine, token)
+    limits = await asyncio.to_thread(token_limits, engine, token)
+    state = None if limits is None else limits.state()
+    if limits is not None and state == "active" and limits.unlimited:
+        # registered before join tokens ran out: it would admit anyone, forever
+        state = "without expiry or use cap"
     if state == "active":
         return True
-    if state in DEAD:
+    if state is not None:
         token = await asyncio.to_thread(rotate_join_token, home)
         log.info("join_token_rotated", reason=f"the previous one was {state}")
     active = await publish_token(

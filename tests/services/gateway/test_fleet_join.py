@@ -534,3 +534,12 @@ async def test_an_expired_or_spent_home_join_token_is_shown_so_and_replaced_on_s
     assert new is not None and new != old
     fleet.join_token = new
     assert (await fleet.join(name="dev-n")).status_code == 201
+
+    # One made before join tokens ran out (no expiry, no cap) is replaced on start too.
+    legacy = await asyncio.to_thread(rotate_join_token, fleet.settings.home)
+    await limited_join_token(fleet, token=legacy)
+    assert await register_join_token(fleet.bus, fleet.engine, fleet.settings.home, wait_s=30)
+    renewed = read_join_token(fleet.settings.home)
+    assert renewed is not None and renewed != legacy
+    limits = token_limits(fleet.engine, renewed)
+    assert limits is not None and limits.max_uses == 10 and limits.expires_at is not None
