@@ -73,31 +73,33 @@ def keep_logging() -> Iterator[None]:
         structlog.configure(**saved)
 
 
-@pytest.fixture
-async def projector(settings: Settings, engine: Engine) -> AsyncIterator[None]:
+@contextlib.asynccontextmanager
+async def _service(name: str, settings: Settings) -> AsyncIterator[None]:
+    """One service of this home, run in this process for the test's length."""
     assert settings.nats_url and settings.database_url
     stop = asyncio.Event()
     task = asyncio.create_task(
-        run_service("projector", settings, settings.nats_url, settings.database_url, stop)
+        run_service(name, settings, settings.nats_url, settings.database_url, stop)
     )
-    yield
-    stop.set()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(task, 30)
+    try:
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 30)
+
+
+@pytest.fixture
+async def projector(settings: Settings, engine: Engine) -> AsyncIterator[None]:
+    async with _service("projector", settings):
+        yield
 
 
 @pytest.fixture
 async def placement_service(settings: Settings, engine: Engine) -> AsyncIterator[None]:
     """The placement service, for a test whose tasks are placed for real."""
-    assert settings.nats_url and settings.database_url
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        run_service("placement", settings, settings.nats_url, settings.database_url, stop)
-    )
-    yield
-    stop.set()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(task, 30)
+    async with _service("placement", settings):
+        yield
 
 
 @pytest.fixture
