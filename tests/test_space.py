@@ -39,7 +39,9 @@ def test_this_device_space_comes_from_its_fingerprint() -> None:
 
 
 def test_moves_and_stop() -> None:
-    assert STOP not in MOVES and ALL_ACTIONS[-1] == STOP
+    # the move model's classes: every move, STOP, then the classes of a workload's own knobs'
+    # moves (appended, so a model file's class indices from before them keep their meaning)
+    assert STOP not in MOVES and ALL_ACTIONS == (*MOVES, STOP, "KNOB_UP", "KNOB_DOWN", "KNOB_SET")
     assert set(MOVES) == {
         "RANKS_UP", "RANKS_DOWN", "THREADS_UP", "THREADS_DOWN",
         "TILE_UP", "TILE_DOWN", "USE_GPU", "USE_CPU",
@@ -202,3 +204,43 @@ def test_infeasible_configs_say_what_is_wrong(config: Config, message: str) -> N
 def test_config_rejects_nonpositive_values() -> None:
     with pytest.raises(ValueError):
         Config(ranks=0, threads=1, tile=1)
+
+
+def test_a_configuration_with_own_knobs_is_recorded_as_a_table_and_one_without_as_before() -> None:
+    plain = Config(ranks=2, threads=1, tile=64)
+    assert plain.model_dump() == {"ranks": 2, "threads": 1, "tile": 64, "gpu": False}
+    assert plain.label() == "ranks=2 threads=1 tile=64 gpu=False"
+    own = Config(ranks=2, threads=1, tile=1, knobs={"q": 2, "algo": "fast", "pad": True})
+    assert own.model_dump()["knobs"] == {"algo": "fast", "pad": True, "q": 2}
+    assert own.label() == "ranks=2 threads=1 tile=1 algo=fast pad=True q=2 gpu=False"
+    assert Config.model_validate_json(own.model_dump_json()) == own
+    assert own.knob("q") == 2 and own.knob("nb") is None
+    assert hash(own) == hash(Config.model_validate(own.model_dump()))
+    with pytest.raises(ValueError, match="names a knob twice"):
+        Config(ranks=1, threads=1, tile=1, knobs=[("a", 1), ("a", 2)])
+
+
+def test_measurement_keys_tell_own_knobs_apart_and_stay_subject_safe() -> None:
+    from hpc_ds1.measure import config_key
+
+    assert config_key(Config(ranks=2, threads=1, tile=64)) == "r2-t1-k64-cpu"
+    a = config_key(Config(ranks=1, threads=1, tile=1, knobs={"nb": 8, "v": "1.5"}))
+    b = config_key(Config(ranks=1, threads=1, tile=1, knobs={"nb": 16, "v": "1.5"}))
+    assert a != b and a.startswith("r1-t1-k1-cpu-o") and "." not in a + b
+
+
+def test_a_job_line_carries_own_knobs_to_the_ranks() -> None:
+    from hpc_ds1.runner.jobspec import JobSpec, knob_values
+    from hpc_ds1.tuning.knobs import Knob
+
+    spec = JobSpec("app", 64, 1, 1, 2, knobs=(("nb", "16"), ("pad", "true"), ("v", "1.5")))
+    back = JobSpec.decode(spec.encode())
+    assert back == spec
+    knobs = (
+        Knob("nb", "int", (8, 16), 8),
+        Knob("pad", "bool", (False, True), False),
+        Knob("v", "ordered", (1.0, 1.5), 1.0),
+    )
+    assert knob_values(back, knobs) == {"nb": 16, "pad": True, "v": 1.5}
+    with pytest.raises(ValueError, match=r"knob nb='32' is not one of \[8, 16\]"):
+        knob_values(JobSpec("app", 64, 1, 1, 2, knobs=(("nb", "32"),)), knobs[:1])

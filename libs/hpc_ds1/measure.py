@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 
 from hpc_ds1.bus import EventBus
@@ -18,11 +19,17 @@ PUBLISH_RETRY_DELAYS_S = (1.0, 4.0)
 
 def config_key(config: Config) -> str:
     """A short, subject-safe name of a configuration, e.g. r2-t1-k128-cpu (r2-t1-k128-b64-cpu
-    with a block)."""
+    with a block; r2-t1-k1-cpu-o<digest> with knobs of the workload's own)."""
     block = f"-b{config.block}" if config.block else ""
-    return (
-        f"r{config.ranks}-t{config.threads}-k{config.tile}{block}-{'gpu' if config.gpu else 'cpu'}"
-    )
+    device = "gpu" if config.gpu else "cpu"
+    # a workload's own knobs as a digest: their values may hold '.', a subject's separator
+    own = f"-o{_digest(config)}" if config.knobs else ""
+    return f"r{config.ranks}-t{config.threads}-k{config.tile}{block}-{device}{own}"
+
+
+def _digest(config: Config) -> str:
+    text = ",".join(f"{name}={value!r}" for name, value in config.knobs)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def measurement_event(

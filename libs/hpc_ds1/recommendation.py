@@ -97,6 +97,7 @@ def as_text(rec: dict[str, Any]) -> str:
     c = rec["config"]
     gpu = " gpu" if c.get("gpu") else ""
     block = f" block={c['block']}" if c.get("block") else ""
+    block += "".join(f" {k}={v}" for k, v in (c.get("knobs") or {}).items())
     line = (
         f"{rec['workload']} {rec['size']}: ranks={c['ranks']} threads={c['threads']} "
         f"tile={c['tile']}{block}{gpu} · expected {rec['predicted_runtime_s']:.4g} s · confidence "
@@ -122,6 +123,8 @@ def as_env(rec: dict[str, Any]) -> str:
         "HPC_DS1_CONFIDENCE": f"{rec['confidence']:.4f}",
         "HPC_DS1_EXPECTED_RUNTIME_S": f"{rec['predicted_runtime_s']:.6g}",
         "HPC_DS1_MODEL_VERSION": rec["model_version"],
+        # the workload's own knobs: HPC_DS1_KNOB_NB=64 for a knob `nb`
+        **{f"HPC_DS1_KNOB_{k.upper()}": v for k, v in (c.get("knobs") or {}).items()},
     }
     return "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in values.items())
 
@@ -139,4 +142,6 @@ def as_slurm(rec: dict[str, Any]) -> str:
     if c.get("gpu"):
         lines.append(f"#SBATCH --gpus={c['ranks']}")  # one rank per GPU, as the space has it
     lines.append(f"# export OMP_NUM_THREADS={c['threads']}")
+    if c.get("knobs"):
+        lines.append("# knobs: " + " ".join(f"{k}={v}" for k, v in c["knobs"].items()))
     return "\n".join(lines)

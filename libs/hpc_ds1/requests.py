@@ -63,6 +63,15 @@ Text = Annotated[str, StringConstraints(max_length=256), AfterValidator(_no_cont
 Size = Annotated[int, Field(gt=0, le=MAX_SIZE, strict=True)]
 
 
+KnobName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
+KnobValue = (
+    Annotated[int, Field(ge=-(2**53), le=2**53)]
+    | Annotated[float, Field(allow_inf_nan=False)]
+    | Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+\-]{1,64}$")]
+    | bool
+)
+
+
 class ConfigIn(BaseModel):
     """A configuration as a user writes it; `tile` and `block` default to the workload's."""
 
@@ -79,6 +88,12 @@ class ConfigIn(BaseModel):
         "kernel's own.",
     )
     gpu: bool = False
+    knobs: dict[KnobName, KnobValue] | None = Field(
+        default=None,
+        max_length=64,
+        description="The workload's own knobs and their values (a TOML file's or a plug-in's "
+        'knobs), e.g. {"nb": 64, "algo": "fast"}; the workload\'s defaults where left out.',
+    )
 
 
 class Telemetry(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -12,8 +13,11 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
 )
+
+from hpc_ds1.tuning.knobs import Knob, KnobError, KnobSpace, Value
 
 if TYPE_CHECKING:
     from hpc_ds1.hardware import Fingerprint
@@ -41,15 +45,64 @@ MOVES: tuple[str, ...] = (
     RANKS_UP_THREADS_DOWN, RANKS_DOWN_THREADS_UP, BLOCK_UP, BLOCK_DOWN,
 )  # fmt: skip
 TRADES: dict[str, int] = {RANKS_UP_THREADS_DOWN: 1, RANKS_DOWN_THREADS_UP: -1}
-ALL_ACTIONS: tuple[str, ...] = (*MOVES, STOP)
+# The move model's classes for the moves of a workload's own knobs (named `nb+`, `nb-`,
+# `algo=fast` by the knob space): one up, one down, one set-to-a-value. A decision gives a
+# class's probability to the class's move the runtime model ranks best (`action_class`).
+KNOB_UP = "KNOB_UP"
+KNOB_DOWN = "KNOB_DOWN"
+KNOB_SET = "KNOB_SET"
+OWN_KNOB_CLASSES: tuple[str, ...] = (KNOB_UP, KNOB_DOWN, KNOB_SET)
+ALL_ACTIONS: tuple[str, ...] = (*MOVES, STOP, *OWN_KNOB_CLASSES)
+
+
+def action_class(move: str) -> str:
+    """The move model's class of `move`: itself for the machine's and the built-ins' moves,
+    KNOB_UP / KNOB_DOWN / KNOB_SET for a workload's own knob's."""
+    if move in ALL_ACTIONS:
+        return move
+    return KNOB_UP if move.endswith("+") else KNOB_DOWN if move.endswith("-") else KNOB_SET
+
+
+def is_move_name(move: str) -> bool:
+    """Whether `move` names a move: the machine's and the built-ins' (MOVES, STOP) or a
+    workload's own knob's (`name+`, `name-`, `name=value`)."""
+    if move in MOVES or move == STOP:
+        return True
+    return OWN_MOVE.match(move) is not None
+
+
+OWN_MOVE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}([+-]|=[A-Za-z0-9_.:+\-]{1,64})$")
+
+
+def representatives(per_move: dict[str, float]) -> dict[str, str]:
+    """Each move class's move: the move itself for the machine's and the built-ins' moves; for
+    KNOB_UP / KNOB_DOWN / KNOB_SET, the workload's own knob move of that class with the lowest
+    predicted log runtime change (`per_move`), as `decide` gives it the class's probability."""
+    out: dict[str, str] = {}
+    for move, delta in sorted(per_move.items()):
+        cls = action_class(move)
+        if cls not in out or delta < per_move[out[cls]]:
+            out[cls] = move
+    return out
+
+
 OVERSUBSCRIPTION = 2  # ranks x threads may reach this many times the logical CPUs
 
 
 def without_block_0(dumped: dict[str, Any]) -> dict[str, Any]:
-    """A dumped configuration as it is recorded: block 0 (the kernel's own) left out."""
+    """A dumped configuration as it is recorded: block 0 (the kernel's own) and no knobs of the
+    workload's own left out, so a configuration is recorded as every one was before them."""
     if not dumped.get("block"):
         dumped.pop("block", None)
+    if "knobs" in dumped:
+        if dumped["knobs"]:
+            dumped["knobs"] = dict(dumped["knobs"])
+        else:
+            dumped.pop("knobs")
     return dumped
+
+
+KnobValues = tuple[tuple[str, Value], ...]
 
 
 class Config(BaseModel):
@@ -63,16 +116,40 @@ class Config(BaseModel):
     tile: int = Field(ge=1)
     block: int = Field(default=0, ge=0)
     gpu: bool = False
+    # The workload's own knobs (a TOML file's or a plug-in's), by name, sorted: a tuple, so a
+    # configuration stays hashable; given and recorded as a table {"nb": 64, "algo": "fast"}.
+    knobs: KnobValues = ()
+
+    @field_validator("knobs", mode="before")
+    @classmethod
+    def _knob_table(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            value = tuple(value.items())
+        if isinstance(value, list | tuple):
+            pairs = [tuple(p) if isinstance(p, list | tuple) else p for p in value]
+            if all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+                names = [p[0] for p in pairs]
+                if len(set(names)) != len(names):
+                    raise ValueError(f"knobs names a knob twice: {names}")
+                return tuple(sorted(pairs, key=lambda p: str(p[0])))
+        return value
 
     @model_serializer(mode="wrap")
     def _without_block_0(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Block 0 is left out: a configuration is recorded as every one was before the block
-        was a knob, and a workload without a block never shows one."""
+        """Block 0 and empty knobs are left out: a configuration is recorded as every one was
+        before the block and the workload's own knobs were knobs."""
         return without_block_0(handler(self))
+
+    def knob(self, name: str) -> Value | None:
+        """The value of the workload's own knob `name`, None when the configuration has none."""
+        return dict(self.knobs).get(name)
 
     def label(self) -> str:
         block = f" block={self.block}" if self.block else ""
-        return f"ranks={self.ranks} threads={self.threads} tile={self.tile}{block} gpu={self.gpu}"
+        own = "".join(f" {name}={value}" for name, value in self.knobs)
+        return (
+            f"ranks={self.ranks} threads={self.threads} tile={self.tile}{block}{own} gpu={self.gpu}"
+        )
 
 
 class InfeasibleConfig(ValueError):
@@ -116,6 +193,10 @@ class ConfigSpace:
     default_tile: int | None = None
     blocks: tuple[int, ...] = (0,)
     default_block: int = 0
+    # A workload's own knobs and the constraints between them, ranks and threads (Kernel
+    # Tuner's `restrictions`; the constants cpus, gpus and workers may be read): `knob_space`.
+    knobs: tuple[Knob, ...] = ()
+    constraints: tuple[str, ...] = ()
 
     @classmethod
     def for_device(cls, fp: Fingerprint | None = None, workload: object = None) -> ConfigSpace:
@@ -127,13 +208,20 @@ class ConfigSpace:
         tiles: tuple[int, ...] = (1,)
         blocks: tuple[int, ...] = (0,)
         default_tile, default_block = None, 0
+        knobs: tuple[Knob, ...] = ()
+        constraints: tuple[str, ...] = ()
         if workload is not None:
             from hpc_ds1.workloads import Workload, get_workload
 
             wl = workload if isinstance(workload, Workload) else get_workload(str(workload))
             tiles, default_tile = wl.tiles, wl.default_tile
             blocks, default_block = wl.blocks, wl.default_block
-        space = cls.for_cpus(fp.cpus, tiles, len(fp.gpus), blocks, default_block)
+            knobs, constraints = wl.knobs, wl.constraints
+        space = cls.for_cpus(
+            fp.cpus, tiles, len(fp.gpus), blocks, default_block, knobs, constraints
+        )
+        if workload is not None and not wl.ranks_and_threads:
+            space = replace(space, ranks=(1,), threads=(1,), max_workers=OVERSUBSCRIPTION)
         return replace(space, default_tile=default_tile)
 
     @classmethod
@@ -144,8 +232,11 @@ class ConfigSpace:
         gpus: int = 0,
         blocks: Sequence[int] = (0,),
         default_block: int | None = None,
+        knobs: Sequence[Knob] = (),
+        constraints: Sequence[str] = (),
     ) -> ConfigSpace:
-        """The space of `logical_cpus` usable CPUs (the allocation's, not the box's)."""
+        """The space of `logical_cpus` usable CPUs (the allocation's, not the box's). A
+        workload with `knobs` of its own runs on the CPUs only (no GPU configuration)."""
         workers = OVERSUBSCRIPTION * max(logical_cpus, 1)
         ordered = tuple(sorted(set(blocks))) or (0,)
         if default_block not in ordered:
@@ -158,6 +249,8 @@ class ConfigSpace:
             max_workers=workers,
             blocks=ordered,
             default_block=default_block,
+            knobs=tuple(knobs),
+            constraints=tuple(constraints),
         )
 
     def runnable(self) -> ConfigSpace:
@@ -176,7 +269,14 @@ class ConfigSpace:
 
     @property
     def has_gpu(self) -> bool:
-        return self.gpus > 0
+        return self.gpus > 0 and not self.knobs
+
+    @property
+    def knob_space(self) -> KnobSpace | None:
+        """The machine's ranks and threads and the workload's own knobs as one KnobSpace, under
+        the workload's constraints and ranks x threads <= max_workers; None for a workload
+        without knobs of its own (the space of ranks, threads, tiles and blocks)."""
+        return _knob_space(self) if self.knobs else None
 
     @property
     def gpu_tile(self) -> int:
@@ -187,6 +287,36 @@ class ConfigSpace:
 
     def problem(self, config: Config) -> str | None:
         """Why `config` is not in this space, in words; None when it is."""
+        plain = self._plain_problem(config)
+        if plain is not None or self.knob_space is None:
+            return plain
+        names = [k.name for k in self.knobs]
+        missing = [n for n in names if config.knob(n) is None]
+        unknown = sorted({n for n, _ in config.knobs} - set(names))
+        if missing or unknown:
+            return (
+                f"knobs {', '.join(missing)} missing" * bool(missing)
+                + "; " * bool(missing and unknown)
+                + f"knobs {', '.join(unknown)} unknown" * bool(unknown)
+                + f": this workload's configurations give each of its knobs {', '.join(names)}"
+            )
+        try:
+            return self.knob_space.problem(_as_knobs(config, self.knob_space))
+        except KnobError as error:
+            return str(error).split(": ", 2)[-1]
+
+    def knob_values(self, given: dict[str, Value] | None) -> dict[str, Value]:
+        """The workload's own knobs as a user gave them, each left out as the space's default
+        configuration has it (the knobs' defaults where the constraints allow them; a name the
+        workload does not have stays, for `problem` to refuse in words)."""
+        if not self.knobs:
+            return dict(given or {})
+        return {**dict(self.default().knobs), **(given or {})}
+
+    def _plain_problem(self, config: Config) -> str | None:
+        if not self.knobs and config.knobs:
+            names = ", ".join(name for name, _ in config.knobs)
+            return f"knobs {names} are not accepted: this workload declares no knobs of its own"
         if config.ranks not in self.ranks:
             return f"ranks={config.ranks} is not accepted; ranks must be one of {list(self.ranks)}"
         if config.threads not in self.threads:
@@ -235,19 +365,71 @@ class ConfigSpace:
             return list(_feasible.__wrapped__(self))
 
     def default(self, tile: int | None = None) -> Config:
-        """One rank using every core, the middle tile, the kernel's own block: a sensible
-        starting point."""
+        """One rank using every core, the middle tile, the kernel's own block, the workload's
+        knobs at their defaults: a sensible starting point (where the constraints refuse it,
+        the first valid configuration)."""
         threads = max(t for t in self.threads)
         middle = self.tiles[(len(self.tiles) - 1) // 2]
         chosen = tile if tile is not None else (self.default_tile or middle)
-        return Config(ranks=1, threads=threads, tile=chosen, block=self.default_block)
+        config = Config(ranks=1, threads=threads, tile=chosen, block=self.default_block)
+        if self.knob_space is None:
+            return config
+        own = {k.name: k.default for k in self.knobs}
+        wanted = _as_knobs(config.model_copy(update={"knobs": own}), self.knob_space)
+        found = wanted if self.knob_space.contains(wanted) else self.knob_space.default()
+        return _from_knobs(found, config, self.knob_space)
 
 
 # A space and a configuration are immutable, and the replays of training and evaluation ask for
 # the same spaces' configurations and neighbours hundreds of thousands of times (70 % of a
 # training's time went there): each is worked out once.
+# The knob space's names of the machine's moves, as every earlier record names them.
+MACHINE_MOVES = {
+    "ranks+": RANKS_UP,
+    "ranks-": RANKS_DOWN,
+    "threads+": THREADS_UP,
+    "threads-": THREADS_DOWN,
+    "trade:ranks>threads": RANKS_DOWN_THREADS_UP,
+    "trade:threads>ranks": RANKS_UP_THREADS_DOWN,
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _knob_space(space: ConfigSpace) -> KnobSpace:
+    cpus = max(1, space.max_workers // OVERSUBSCRIPTION)
+    machine = (
+        Knob("ranks", "int", space.ranks, 1),
+        Knob("threads", "int", space.threads, max(space.threads)),
+    )
+    return KnobSpace(
+        (*machine, *space.knobs),
+        (*space.constraints, "ranks * threads <= workers"),
+        constants={"cpus": cpus, "gpus": space.gpus, "workers": space.max_workers},
+        trades=(("ranks", "threads"),),
+        source="the workload's knobs",
+    )
+
+
+def _as_knobs(config: Config, knobs: KnobSpace) -> tuple[Value, ...]:
+    """`config` as a configuration of `knobs` (KnobError naming a missing or unknown knob)."""
+    own = dict(config.knobs)
+    return knobs.config({"ranks": config.ranks, "threads": config.threads, **own})
+
+
+def _from_knobs(values: tuple[Value, ...], like: Config, knobs: KnobSpace) -> Config:
+    named = knobs.as_dict(values)
+    ranks, threads = int(named.pop("ranks")), int(named.pop("threads"))
+    return like.model_copy(
+        update={"ranks": ranks, "threads": threads, "knobs": tuple(sorted(named.items()))}
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _feasible(space: ConfigSpace) -> tuple[Config, ...]:
+    knobs = space.knob_space
+    if knobs is not None:
+        like = space.default()
+        return tuple(_from_knobs(values, like, knobs) for values in knobs.configs())
     out = []
     for gpu in (False, True) if space.has_gpu else (False,):
         for r in space.ranks:
@@ -282,6 +464,11 @@ def _trade(config: Config, space: ConfigSpace, direction: int) -> Config | None:
 
 def apply_move(config: Config, move: str, space: ConfigSpace) -> Config | None:
     """The configuration one `move` away, or None when the move leaves the space."""
+    if space.knob_space is not None:
+        known = {MACHINE_MOVES.get(m, m) for m in space.knob_space.move_names()}
+        if move not in known:
+            raise ValueError(f"unknown move {move!r}; moves are {', '.join(sorted(known))}")
+        return neighbours(config, space).get(move)
     if move not in MOVES:
         raise ValueError(f"unknown move {move!r}; moves are {', '.join(MOVES)}")
     if move in TRADES:
@@ -322,6 +509,19 @@ def neighbours(config: Config, space: ConfigSpace) -> dict[str, Config]:
 
 @functools.lru_cache(maxsize=65536)
 def _neighbours(config: Config, space: ConfigSpace) -> tuple[tuple[str, Config], ...]:
+    knobs = space.knob_space
+    if knobs is not None:
+        # A knob move jumps holes the constraints cut to the nearest valid value (KnobSpace).
+        # A configuration without the workload's knobs (a job from before them) has none.
+        try:
+            values = _as_knobs(config, knobs)
+            found = knobs.neighbours(values)
+        except KnobError:
+            return ()
+        return tuple(
+            (MACHINE_MOVES.get(move, move), _from_knobs(v, config, knobs))
+            for move, v in found.items()
+        )
     out = []
     for move in MOVES:
         nxt = apply_move(config, move, space)

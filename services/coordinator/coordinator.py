@@ -146,6 +146,7 @@ class Coordinator:
                 tile=request.start.tile or space.default().tile,
                 block=space.default_block if request.start.block is None else request.start.block,
                 gpu=request.start.gpu,
+                knobs=tuple(space.knob_values(request.start.knobs).items()),
             )
         try:
             validate(request.workload, request.size, start, space)

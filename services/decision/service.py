@@ -283,17 +283,21 @@ class DecisionService:
         model = await self._model(device_id)
         try:
             workload = get_workload(request.workload)
-            space: ConfigSpace | None = ConfigSpace.for_device(fingerprint, workload)
+            known = ConfigSpace.for_device(fingerprint, workload)
+            space: ConfigSpace | None = known
             tile = request.config.tile or workload.default_tile
             block = workload.default_block
+            knobs = known.knob_values(request.config.knobs)
         except UnknownWorkload:
             workload, space, tile, block = None, None, request.config.tile or 1, 0
+            knobs = dict(request.config.knobs or {})
         config = Config(
             ranks=request.config.ranks,
             threads=request.config.threads,
             tile=tile,
             block=block if request.config.block is None else request.config.block,
             gpu=request.config.gpu,
+            knobs=tuple(knobs.items()),
         )
         outside: str | None = None
         if space is not None:

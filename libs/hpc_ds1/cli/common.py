@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -108,3 +108,40 @@ async def with_run_progress(total: int, work: Callable[[Progress], Awaitable[T]]
 async def run_campaign(campaign: Any, chunks: Sequence[Sequence[Any]]) -> Any:
     """A measurement campaign (hpc_ds1.setup.Campaign) under a progress bar on stderr."""
     return await with_run_progress(sum(len(c) for c in chunks), lambda p: campaign.run(chunks, p))
+
+
+def knob_value(text: str) -> int | float | bool | str:
+    """A knob's value as written on a command line: an integer, a number, true/false, else the
+    word itself (the workload's knob definition says which it accepts)."""
+    word = text.strip()
+    if word.lower() in ("true", "false"):
+        return word.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    return word
+
+
+def knob_assignments(pairs: list[str], option: str) -> dict[str, int | float | bool | str]:
+    """NAME=VALUE pairs of a workload's own knobs (UsageError saying the accepted form)."""
+    out: dict[str, int | float | bool | str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise UsageError(f"{option} {pair!r}: use NAME=VALUE, e.g. {option} nb=64")
+        out[name.strip()] = knob_value(value)
+    return out
+
+
+def config_words(config: Mapping[str, Any], *, cpu: bool = True) -> str:
+    """A recorded configuration as words: `ranks=2 threads=1 tile=64 nb=64 p=1 q=2 gpu=False`,
+    the workload's own knobs flattened among them (without `gpu=False` when not `cpu`)."""
+    words = []
+    for key, value in config.items():
+        if key == "knobs" and isinstance(value, Mapping):
+            words += [f"{k}={v}" for k, v in value.items()]
+        elif key != "gpu" or value or cpu:
+            words.append(f"{key}={value}")
+    return " ".join(words)

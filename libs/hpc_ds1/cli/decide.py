@@ -20,7 +20,13 @@ from ..settings import Settings
 from ..stack import open_stack
 from ..subjects import decide_subject
 from . import PreconditionError, UsageError
-from .common import add_home_argument, load_settings, validation_message
+from .common import (
+    add_home_argument,
+    config_words,
+    knob_assignments,
+    load_settings,
+    validation_message,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -39,6 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="the kernel's second block, where it has one (default: the workload's)",
     )
     parser.add_argument("--gpu", action="store_true", help="the job runs on the GPU now")
+    parser.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a knob of the workload's own and its value now (repeat for each, e.g. --knob nb=64)",
+    )
     parser.add_argument("--runtime-s", type=float, help="observed runtime: decide without running")
     parser.add_argument("--throughput", type=float, help="observed GFLOP/s or GB/s")
     parser.add_argument("--server", help="coordinator URL (default: the one serving this home)")
@@ -69,6 +82,8 @@ def build_request(args: argparse.Namespace) -> DecideRequest:
         body["config"]["tile"] = args.tile
     if args.block is not None:
         body["config"]["block"] = args.block
+    if args.knob:
+        body["config"]["knobs"] = knob_assignments(args.knob, "--knob")
     if args.runtime_s is not None or args.throughput is not None:
         body["telemetry"] = {"runtime_s": args.runtime_s, "throughput": args.throughput}
     try:
@@ -156,7 +171,7 @@ async def over_local_stack(
 
 
 def render(d: dict[str, Any]) -> str:
-    config = " ".join(f"{k}={v}" for k, v in d["config"].items())
+    config = config_words(d["config"])
     observed = d.get("telemetry") or {}
     how = "ran for real" if d.get("ran") else "telemetry given"
     runtime = f": {observed['runtime_s']:.4g} s" if observed.get("runtime_s") else ""

@@ -98,6 +98,7 @@ def config_text(config: dict[str, Any] | None) -> str:
     if not config:
         return "-"
     parts = [f"ranks={config.get('ranks')}", f"threads={config.get('threads')}"]
+    parts += [f"{k}={v}" for k, v in (config.get("knobs") or {}).items()]
     if config.get("gpu"):
         parts.append("gpu")
     return " ".join(parts)

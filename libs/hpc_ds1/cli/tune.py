@@ -26,6 +26,8 @@ from . import UsageError
 from .common import (
     add_home_argument,
     add_json_argument,
+    config_words,
+    knob_value,
     load_settings,
     print_json,
     validation_message,
@@ -40,7 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("tune", help="tune a job one change at a time, for real")
     parser.add_argument("--workload", required=True, help="a workload name, e.g. gemm")
     parser.add_argument("--size", required=True, type=int, help="problem size (positive)")
-    parser.add_argument("--start", help="start configuration, e.g. ranks=1,threads=1,tile=16")
+    parser.add_argument(
+        "--start",
+        help="start configuration, e.g. ranks=1,threads=1,tile=16 (a workload's own knobs too: "
+        "ranks=2,threads=1,nb=64,p=1,q=2)",
+    )
     parser.add_argument(
         "--no-wait",
         action="store_true",
@@ -65,10 +71,14 @@ def parse_start(text: str | None) -> dict[str, Any] | None:
     for part in text.split(","):
         key, _, value = part.partition("=")
         key = key.strip()
-        if key not in ("ranks", "threads", "tile", "block", "gpu") or not value:
+        if not key or not value:
             raise UsageError(
-                f"--start {text!r}: use key=value pairs of ranks, threads, tile, block, gpu"
+                f"--start {text!r}: use key=value pairs of ranks, threads, tile, block, gpu and "
+                "the workload's own knobs"
             )
+        if key not in ("ranks", "threads", "tile", "block", "gpu"):
+            start.setdefault("knobs", {})[key] = knob_value(value)
+            continue
         if key == "gpu":
             start[key] = value.strip().lower() in ("1", "true", "yes")
             continue
@@ -155,7 +165,7 @@ class StepTable:
         if self.as_json:
             return
         if kind == "step_run":
-            config = " ".join(f"{k}={v}" for k, v in data["config"].items() if k != "gpu" or v)
+            config = config_words(data["config"], cpu=False)
             runtime = f"{data['runtime_s']:.4f} s" if data.get("runtime_s") else "-"
             if data["step"] == 0:
                 self.best = data.get("runtime_s")
@@ -192,7 +202,7 @@ class StepTable:
             )
         elif kind == "finished":
             speedup = f"{data['speedup']:.2f}x" if data.get("speedup") else "-"
-            best = " ".join(f"{k}={v}" for k, v in (data.get("best_config") or {}).items())
+            best = config_words(data.get("best_config") or {})
             runtime = f"{data['best_runtime_s']:.4f} s" if data.get("best_runtime_s") else "-"
             print(
                 f"finished ({data['reason']}): {data.get('detail', '')}\n"

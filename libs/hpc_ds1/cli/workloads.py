@@ -39,6 +39,12 @@ def describe(workload: Any, source: str) -> dict[str, Any]:
     }
     if workload.has_block:
         out["block"] = {"values": list(workload.blocks), "default": workload.default_block}
+    if workload.knobs:
+        out["knobs"] = {
+            k.name: {"kind": k.kind, "values": list(k.values), "default": k.default}
+            for k in workload.knobs
+        }
+        out["constraints"] = list(workload.constraints)
     if isinstance(workload, CommandWorkload):
         out["tile"]["name"] = workload.knob
         out["command"] = workload.template
@@ -57,6 +63,12 @@ def _text(item: dict[str, Any]) -> str:
     )
     if "block" in item:
         line += f" · block {item['block']['values']} (default {item['block']['default']})"
+    for name, knob in item.get("knobs", {}).items():
+        line += (
+            f"\n{'':<14} knob {name} ({knob['kind']}) {knob['values']} (default {knob['default']})"
+        )
+    if item.get("constraints"):
+        line += f"\n{'':<14} constraints: {' · '.join(item['constraints'])}"
     if "command" in item:
         line += (
             f"\n{'':<14} {item['launcher']} launcher: {item['command']} · check "

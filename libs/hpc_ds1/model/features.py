@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,12 @@ CONFIG_FEATURES = ("log2_ranks", "log2_threads", "log2_tile", "tile_pos", "gpu",
 # The kernel's second block (the stencil's temporal block: sweeps per pass); 0 where the
 # configuration leaves the kernel its fixed block.
 BLOCK_FEATURES = ("log2_block",)
+# A workload's own knobs (Config.knobs), by knob name in order: a number as its log2 (its value
+# where not positive), a bool as 0/1, a string as a stable code in [0, 1): trees split on them,
+# and no knob's definition is needed to read a configuration. 0 where a configuration has fewer
+# knobs; knobs past the twelfth are not features (the recorded GPU kernels have 8 and 10).
+# Trained on only where a measurement has knobs.
+OWN_KNOB_FEATURES = tuple(f"own_knob_{i}" for i in range(1, 13))
 MACHINE_FEATURES = ("logical_cpus", "physical_cores", "log2_memory_gib", "gpus")
 # What decides where a configuration's order turns between sizes: the data each rank and each
 # worker (rank x thread) holds against the caches, a product of size and configuration that a
@@ -35,6 +42,7 @@ BASE_FEATURES = (
     *MACHINE_FEATURES,
     *WORKING_SET_FEATURES,
     *BLOCK_FEATURES,
+    *OWN_KNOB_FEATURES,
 )
 STATE_FEATURES = (*BASE_FEATURES, *TELEMETRY_FEATURES)
 N_WORK = len(WORK_FEATURES)
@@ -125,6 +133,19 @@ def block_vector(config: Config) -> list[float]:
     return [math.log2(config.block) if config.block > 0 else 0.0]
 
 
+def own_knob_vector(config: Config) -> list[float]:
+    out = [_knob_code(value) for _, value in config.knobs[: len(OWN_KNOB_FEATURES)]]
+    return out + [0.0] * (len(OWN_KNOB_FEATURES) - len(out))
+
+
+def _knob_code(value: object) -> float:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return math.log2(value) if value > 0 else float(value)
+    return zlib.crc32(str(value).encode()) / 2**32
+
+
 def telemetry_vector(runtime_s: float | None, throughput: float | None) -> list[float]:
     if runtime_s is None or runtime_s <= 0:
         return [0.0, 0.0, 0.0]
@@ -147,6 +168,7 @@ def row(
         *machine,
         *working_set_vector(work, config),
         *block_vector(config),
+        *own_knob_vector(config),
         *telemetry_vector(runtime_s, throughput),
     ]
 

@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,16 @@ from hpc_ds1.model.transfer import (
     smoothed,
 )
 from hpc_ds1.model.transfer import predict as transfer_predict
-from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, neighbours
+from hpc_ds1.space import (
+    ALL_ACTIONS,
+    OVERSUBSCRIPTION,
+    STOP,
+    Config,
+    ConfigSpace,
+    action_class,
+    neighbours,
+    representatives,
+)
 
 OUTPUTS = [PROBABILITIES, RUNTIME, DISTANCE]
 CACHE_LIMIT = 65536
@@ -207,6 +217,18 @@ class Model:
         except UnknownWorkload:
             return self._blocks.get(workload, (0,)), None
 
+    def _knobs_of(self, workload: str) -> tuple[tuple[Any, ...], tuple[str, ...], bool]:
+        """The registered workload's own knobs and constraints, and whether it has ranks and
+        threads to tune (none, and yes, where it is not registered: its configurations are
+        then taken as they come, without moves of its own knobs)."""
+        from hpc_ds1.workloads import UnknownWorkload, get_workload
+
+        try:
+            wl = get_workload(workload)
+        except UnknownWorkload:
+            return (), (), True
+        return wl.knobs, wl.constraints, wl.ranks_and_threads
+
     def space_for(self, workload: str, fingerprint: Any = None) -> ConfigSpace:
         """This device's space (the training device's, or `fingerprint`'s) for `workload`."""
         fp = self.fingerprint if fingerprint is None else fingerprint
@@ -217,7 +239,13 @@ class Model:
         if key not in self._spaces:
             tiles = ft.registry_tiles(workload) or self._tiles.get(workload) or (1,)
             blocks, default_block = self._blocks_of(workload)
-            self._spaces[key] = ConfigSpace.for_cpus(cpus, tiles, gpus, blocks, default_block)
+            knobs, constraints, machine = self._knobs_of(workload)
+            space = ConfigSpace.for_cpus(
+                cpus, tiles, gpus, blocks, default_block, knobs, constraints
+            )
+            if not machine:  # no ranks nor threads to tune: a recorded GPU kernel's
+                space = replace(space, ranks=(1,), threads=(1,), max_workers=OVERSUBSCRIPTION)
+            self._spaces[key] = space
         return self._spaces[key]
 
     def state_features(self, state: State, fingerprint: Any = None) -> npt.NDArray[np.float32]:
@@ -312,11 +340,21 @@ class Model:
         full = np.zeros(len(ALL_ACTIONS))
         full[self._class_index] = proba[0]
         names = [*moves, STOP]
-        p = np.asarray([full[ALL_ACTIONS.index(n)] for n in names], dtype=np.float64)
-        total = float(p.sum())
-        p = p / total if total > 0 else np.full(len(names), 1.0 / len(names))
         here = float(runtime[0, 0])
         deltas = self._move_deltas(state, moves, runtime[1:, 0].astype(np.float64) - here)
+        # A class of a workload's own knob moves (KNOB_UP ...) gives its probability to the
+        # class's move the runtime model ranks best; the class's other moves get none from the
+        # classifier (the blend's runtime ranking still weighs them).
+        chosen = set(representatives(dict(zip(moves, deltas.tolist(), strict=True))).values())
+        p = np.asarray(
+            [
+                full[ALL_ACTIONS.index(action_class(n))] if n == STOP or n in chosen else 0.0
+                for n in names
+            ],
+            dtype=np.float64,
+        )
+        total = float(p.sum())
+        p = p / total if total > 0 else np.full(len(names), 1.0 / len(names))
         p = self.blend.for_state(p, deltas)
         best = int(np.argmax(p))
         choice = names[best]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from hpc_ds1.model.schema import Measurement
 from hpc_ds1.runner.noise import is_faster
 from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
+from hpc_ds1.tuning.knobs import Knob, Value
 
 StateKey = tuple[str, int, Config]
 
@@ -55,6 +56,7 @@ def measured_space(keys: Iterable[StateKey], workload: str) -> ConfigSpace:
     if not configs:
         raise ValueError(f"nothing was measured for {workload!r}")
     return ConfigSpace(
+        knobs=_measured_knobs(configs),
         ranks=tuple(sorted({c.ranks for c in configs})),
         threads=tuple(sorted({c.threads for c in configs})),
         tiles=tuple(sorted({c.tile for c in configs})),
@@ -62,6 +64,28 @@ def measured_space(keys: Iterable[StateKey], workload: str) -> ConfigSpace:
         gpus=max((c.ranks for c in configs if c.gpu), default=0),
         max_workers=max(c.ranks * c.threads for c in configs),
     )
+
+
+def _measured_knobs(configs: list[Config]) -> tuple[Knob, ...]:
+    """A workload's own knobs over the values measured: numbers ordered, words categories."""
+    values: dict[str, set[Value]] = {}
+    for c in configs:
+        for name, value in c.knobs:
+            values.setdefault(name, set()).add(value)
+    out = []
+    for name, found in sorted(values.items()):
+        if all(isinstance(v, bool) for v in found):
+            out.append(Knob(name, "bool", (False, True), min(found)))
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in found):
+            ordered = tuple(sorted(found))  # type: ignore[type-var]
+            out.append(Knob(name, "int", ordered, ordered[0]))
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in found):
+            ordered = tuple(sorted(found))  # type: ignore[type-var]
+            out.append(Knob(name, "ordered", ordered, ordered[0]))
+        else:
+            words = tuple(sorted(found, key=str))
+            out.append(Knob(name, "category", words, words[0]))
+    return tuple(out)
 
 
 SpaceFor = Callable[[str], ConfigSpace]

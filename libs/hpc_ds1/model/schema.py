@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hpc_ds1.space import ALL_ACTIONS, Config
+from hpc_ds1.space import Config, is_move_name
 
 Mode = Literal["auto", "confirm", "escalate"]
 CONFIG_KEYS = frozenset(Config.model_fields)
@@ -120,7 +120,7 @@ class Decision(BaseModel):
     @field_validator("choice")
     @classmethod
     def _known(cls, value: str) -> str:
-        if value not in ALL_ACTIONS:
+        if not is_move_name(value):
             raise ValueError(f"unknown move {value!r}")
         return value
 

@@ -8,6 +8,7 @@ import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,15 @@ from hpc_ds1.model.transfer import (
     relative_table,
     to_metadata,
 )
-from hpc_ds1.space import ALL_ACTIONS, STOP, apply_move, neighbours
+from hpc_ds1.space import (
+    ALL_ACTIONS,
+    STOP,
+    ConfigSpace,
+    action_class,
+    apply_move,
+    neighbours,
+    representatives,
+)
 
 FORMAT = 1
 DEFAULT_MOVE = "random_forest+sigmoid"
@@ -133,6 +142,8 @@ class _Rows:
         self.layout = layout
         self.outcomes = outcomes
         self.labels = label_outcomes(outcomes, space_for)
+        # per state: each move class's move (`representatives`), set by _oof_deltas
+        self.representative: dict[StateKey, dict[str, str]] = {}
         self.machine = machine
         self.tiles = tiles
         self.space_for = space_for
@@ -170,13 +181,13 @@ class _Rows:
             workload, _, config = key
             mask = np.zeros(len(ALL_ACTIONS))
             for name in (*neighbours(config, self.space(workload)), STOP):
-                mask[ALL_ACTIONS.index(name)] = 1.0
+                mask[ALL_ACTIONS.index(action_class(name))] = 1.0
             for telemetry in (True, False):
                 r = self.state_row(key, telemetry)
                 if r is None:
                     break
                 rows.append(r)
-                ys.append(ALL_ACTIONS.index(move))
+                ys.append(ALL_ACTIONS.index(action_class(move)))
                 masks.append(mask)
                 tele.append(telemetry)
                 keys.append(key)
@@ -202,9 +213,38 @@ class _Rows:
         return ft.as_matrix(rows), np.asarray(ys, dtype=np.float64), keys
 
 
-def _sort_key(key: StateKey) -> tuple[str, int, int, int, int, bool, int]:
+def _represented(moves: dict[str, Any], rows: _Rows, key: StateKey) -> dict[str, Any]:
+    """The moves that stand for their class at `key` (every move where no representative was
+    recorded: states of workloads without knobs of their own)."""
+    chosen = rows.representative.get(key)
+    if chosen is None:
+        return {n: t for n, t in moves.items() if n in ALL_ACTIONS}
+    return {move: moves[move] for move in chosen.values() if move in moves}
+
+
+def _with_registered_knobs(outcomes: Mapping[StateKey, Outcome]) -> SpaceFor:
+    """The measured space, with a registered workload's own knobs and constraints where it has
+    any: the measured knob values alone, unconstrained, let a move such as RANKS_UP leave
+    `p * q == ranks` for a configuration never measured, and every state would be a STOP."""
+
+    def space_for(workload: str) -> ConfigSpace:
+        measured = _measured_space(outcomes, workload)
+        if not measured.knobs:
+            return measured
+        from hpc_ds1.workloads import UnknownWorkload, get_workload
+
+        try:
+            wl = get_workload(workload)
+        except UnknownWorkload:
+            return measured
+        return replace(measured, knobs=wl.knobs, constraints=wl.constraints)
+
+    return space_for
+
+
+def _sort_key(key: StateKey) -> tuple[str, int, int, int, int, bool, int, str]:
     w, s, c = key
-    return (w, s, c.ranks, c.threads, c.tile, c.gpu, c.block)
+    return (w, s, c.ranks, c.threads, c.tile, c.gpu, c.block, repr(c.knobs))
 
 
 def _oof_deltas(
@@ -244,8 +284,11 @@ def _oof_deltas(
         predicted = np.asarray(model.predict(ft.as_matrix(batch)), dtype=np.float64)
         at = 0
         for state, names in where:
-            for j, name in enumerate(names):
-                out[state, ALL_ACTIONS.index(name)] = predicted[at + 1 + j] - predicted[at]
+            per_move = {n: predicted[at + 1 + j] - predicted[at] for j, n in enumerate(names)}
+            chosen = representatives(per_move)
+            rows.representative[keys[state]] = chosen
+            for cls, move in chosen.items():
+                out[state, ALL_ACTIONS.index(cls)] = per_move[move]
             at += 1 + len(names)
     return out
 
@@ -311,8 +354,8 @@ def _with_transfer(
         if found is None:
             continue
         prior, kind = found
-        moves = neighbours(config, rows.space(workload))
-        cols = [ALL_ACTIONS.index(n) for n in moves]
+        moves = _represented(neighbours(config, rows.space(workload)), rows, keys[i])
+        cols = [ALL_ACTIONS.index(action_class(n)) for n in moves]
         out[i, cols] = blended_deltas(
             out[i, cols], prior, config, list(moves.values()), float(weights.get(kind, 0.0))
         )
@@ -349,6 +392,7 @@ def _decisions_came_true(
     for key, p in zip(keys, proba, strict=True):
         workload, size, config = key
         choice = ALL_ACTIONS[int(np.argmax(p))]
+        choice = rows.representative.get(key, {}).get(choice, choice)
         here = rows.outcomes[key]
         assert here.runtime_s is not None  # decisions are taken at states that ran
         space = rows.space(workload)
@@ -415,8 +459,9 @@ def _session_scorer(
 
         def decide(self, state: State, *, space: Any, thresholds: Thresholds) -> Any:
             p = self.proba[index[(state.workload, state.size, state.config)]]
-            names = [*neighbours(state.config, space), STOP]
-            alternatives = {n: float(p[ALL_ACTIONS.index(n)]) for n in names}
+            key = (state.workload, state.size, state.config)
+            names = [*_represented(neighbours(state.config, space), rows, key), STOP]
+            alternatives = {n: float(p[ALL_ACTIONS.index(action_class(n))]) for n in names}
             choice = max(alternatives, key=lambda n: alternatives[n])
             return SimpleNamespace(
                 choice=choice, alternatives=alternatives, mode="auto", reasons=[]
@@ -469,7 +514,7 @@ def _held_out_eval(
     if not held:
         return None
     outcomes = aggregate(m.model_copy(update={"held_out": False}) for m in held)
-    rows = _Rows(outcomes, machine, tiles, space_for, layout)
+    rows = _Rows(outcomes, machine, tiles, space_for or _with_registered_knobs(outcomes), layout)
     out: dict[str, Any] = {}
     X, y, mask, tele, _ = rows.classification()
     if len(y):
@@ -533,9 +578,11 @@ def train(
             f"runtime_selection={runtime_selection!r}: accepted are "
             f"{', '.join(est.RUNTIME_SELECTIONS)}"
         )
-    layout = feature_layout(features)
     started = time.perf_counter()
     ms = [_coerce(m) for m in measurements]
+    if features is None and any(m.config.get("knobs") for m in ms):
+        features = (*ft.DEFAULT_BASE_FEATURES, *ft.OWN_KNOB_FEATURES)
+    layout = feature_layout(features)
     fp = (
         fingerprint.model_dump(mode="json")
         if hasattr(fingerprint, "model_dump")
@@ -549,7 +596,7 @@ def train(
         raise ValueError("no successful measurements to train on")
     sizes = {w: sorted({s for (x, s, _) in outcomes if x == w}) for w in measured}
     tiles = {w: _measured_space(outcomes, w).tiles for w in measured}
-    rows = _Rows(outcomes, machine, tiles, space_for, layout)
+    rows = _Rows(outcomes, machine, tiles, space_for or _with_registered_knobs(outcomes), layout)
     transfer_table = relative_table(outcomes)
     runtimes = {k: o.runtime_s for k, o in outcomes.items() if o.ok and o.runtime_s}
     smoothing = choose_bandwidth(transfer_table, runtimes)

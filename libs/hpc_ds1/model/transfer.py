@@ -168,9 +168,10 @@ def kind_of(size: int, sizes: Iterable[int]) -> Kind:
     return "inside" if known and known[0] < size < known[-1] else "outside"
 
 
-def to_metadata(table: Table) -> dict[str, dict[str, list[list[float]]]]:
+def to_metadata(table: Table) -> dict[str, dict[str, list[list[Any]]]]:
     """JSON for the model file: workload -> size -> [ranks, threads, tile, gpu, log relative],
-    and the block after them where it is not 0 (a file written before the block has none)."""
+    and the block after them where it is not 0 (a file written before the block has none), and
+    after the block a table of the workload's own knobs where it has any."""
     return {
         w: {
             str(s): [
@@ -180,7 +181,8 @@ def to_metadata(table: Table) -> dict[str, dict[str, list[list[float]]]]:
                     c.tile,
                     int(c.gpu),
                     round(v, 5),
-                    *([c.block] if c.block else []),
+                    *([c.block] if c.block or c.knobs else []),
+                    *([dict(c.knobs)] if c.knobs else []),
                 ]
                 for c, v in sorted(rel.items(), key=lambda cv: cv[0].label())
             ]
@@ -190,18 +192,19 @@ def to_metadata(table: Table) -> dict[str, dict[str, list[list[float]]]]:
     }
 
 
-def from_metadata(raw: Mapping[str, Mapping[str, Iterable[Iterable[float]]]]) -> Table:
+def from_metadata(raw: Mapping[str, Mapping[str, Iterable[Iterable[Any]]]]) -> Table:
     table: Table = {}
     for w, sizes in raw.items():
         for s, rows in sizes.items():
             rel: dict[Config, float] = {}
-            for ranks, threads, tile, gpu, value, *block in rows:
+            for ranks, threads, tile, gpu, value, *rest in rows:
                 c = Config(
                     ranks=int(ranks),
                     threads=int(threads),
                     tile=int(tile),
-                    block=int(block[0]) if block else 0,
+                    block=int(rest[0]) if rest else 0,
                     gpu=bool(gpu),
+                    knobs=tuple(rest[1].items()) if len(rest) > 1 else (),
                 )
                 rel[c] = float(value)
             table.setdefault(w, {})[int(s)] = rel

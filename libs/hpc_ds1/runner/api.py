@@ -23,12 +23,14 @@ from typing import Any
 from hpc_ds1.devicelock import Cancelled
 from hpc_ds1.runner import launch, protocol
 from hpc_ds1.runner.checks import InvalidJob, check_size, validate
-from hpc_ds1.runner.jobspec import JobSpec
+from hpc_ds1.runner.jobspec import JobSpec, knob_text
 from hpc_ds1.runner.noise import coefficient_of_variation, relative_spread
 from hpc_ds1.runner.procs import Process
 from hpc_ds1.runner.result import Job, RunResult, Status
 from hpc_ds1.space import Config, ConfigSpace
+from hpc_ds1.tuning.recorded import NotRecorded
 from hpc_ds1.workloads import CommandWorkload, Workload
+from hpc_ds1.workloads.recorded import RecordedWorkload, replay
 
 DEFAULT_TIMEOUT_S = 300.0
 LAUNCH_TIMEOUT_S = 120.0
@@ -94,7 +96,8 @@ def mpiexec_path() -> str:
 def _spec(job: Job, wl: Workload) -> JobSpec:
     module = "" if wl.module.startswith(BUILTIN_PREFIX) else wl.module
     c = job.config
-    return JobSpec(wl.name, job.size, c.threads, c.tile, job.repeats, c.gpu, module, c.block)
+    knobs = tuple((name, knob_text(value)) for name, value in c.knobs)
+    return JobSpec(wl.name, job.size, c.threads, c.tile, job.repeats, c.gpu, module, c.block, knobs)
 
 
 def _result(job: Job, wl: Workload, status: Status, command: str, **fields: Any) -> RunResult:
@@ -283,6 +286,8 @@ def run_many(
             from hpc_ds1.runner.command import run_command
 
             out[i] = run_command(job, wl, timeout_s, _result, cancel, launcher)
+        elif isinstance(wl, RecordedWorkload):
+            out[i] = _replayed(job, wl)
         else:
             groups.setdefault(job.config.ranks, []).append(i)
     for ranks, indices in sorted(groups.items()):
@@ -294,6 +299,18 @@ def run_many(
         ):
             out[i] = result
     return [out[i] for i in range(len(checked))]
+
+
+def _replayed(job: Job, wl: RecordedWorkload) -> RunResult:
+    """A recorded workload's run: its repeats drawn from the file (workloads.recorded)."""
+    try:
+        status, times, error = replay(wl, dict(job.config.knobs), job.repeats)
+    except NotRecorded as missing:
+        raise InvalidJob(f"{wl.name}: {missing}") from None
+    command = f"replay {wl.recorded}"
+    if status != "ok":
+        return _result(job, wl, Status(status), command, error=error)
+    return _result(job, wl, Status.OK, command, times=times, check_ok=True)
 
 
 def run(
@@ -314,7 +331,7 @@ def run(
     if isinstance(workload, Workload):
         from hpc_ds1.workloads import get_workload, list_workloads, register
 
-        if isinstance(workload, CommandWorkload) or name not in list_workloads():
+        if isinstance(workload, CommandWorkload | RecordedWorkload) or name not in list_workloads():
             register(workload, replace=True)
         elif get_workload(name) is not workload:
             raise InvalidJob(f"another workload named {name!r} is already registered")

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpc_ds1.runner import protocol
+from hpc_ds1.runner.jobspec import knob_values
 
 PR_SET_PDEATHSIG = 1
 WATCH_S = 0.5
@@ -87,7 +88,8 @@ def run_job(comm: Any, spec: Any) -> dict[str, Any]:
     if spec.gpu:
         _select_gpu(comm.Get_rank())
     ctx = RankContext(comm, spec.threads, spec.gpu)
-    prepared = workload.prepare_job(ctx, spec.size, spec.tile, spec.block)
+    knobs = knob_values(spec, workload.knobs) if workload.knobs else None
+    prepared = workload.prepare_job(ctx, spec.size, spec.tile, spec.block, knobs)
     comm.Barrier()
     start = time.perf_counter()
     prepared.run()

@@ -534,8 +534,10 @@ class KnobSpace:
     A move jumps over invalid values to the nearest valid one in its direction: a constraint
     such as `x % y == 0` or `block_x * block_y <= 1024` leaves holes inside a knob's values,
     and a move that stopped at a hole would cut the space into pieces one-change walks cannot
-    cross; the jump still changes that one knob only. A move with no valid value in its
-    direction is not a neighbour."""
+    cross; the jump still changes that one knob only. Where no value in the direction is valid
+    with the other knobs as they are (`p * q == ranks` locks ranks, p and q alone), the move
+    takes the nearest value that is valid with the fewest other knobs changed (`_repaired`).
+    A move with no valid value in its direction at all is not a neighbour."""
 
     def __init__(
         self,
@@ -596,6 +598,7 @@ class KnobSpace:
             else None
         )
         self._configs: tuple[KnobConfig, ...] | None = None
+        self._index: dict[int, dict[int, list[KnobConfig]]] | None = None
 
     def _trade(self, pair: tuple[str, str]) -> tuple[int, int]:
         field = f"trades.{'>'.join(map(str, pair))}"
@@ -786,12 +789,52 @@ class KnobSpace:
                     if self._valid(candidate):
                         out[move] = candidate
                         break
+                else:
+                    repaired = self._repaired(config, positions, i, indices)
+                    if repaired is not None:
+                        out[move] = repaired
         for i, j in self.trades:
             for a, b in ((i, j), (j, i)):
                 traded = self._traded(config, a, b, positions[a])
                 if traded is not None:
                     out[f"trade:{self.names[a]}>{self.names[b]}"] = traded
         return out
+
+    def _repaired(
+        self, config: KnobConfig, positions: Sequence[int], i: int, indices: Sequence[int]
+    ) -> KnobConfig | None:
+        """Where no value of knob i in the move's direction is valid with every other knob as
+        it is (a constraint that ties knobs, such as `p * q == ranks`, locks each of them
+        alone), the move goes to the nearest such value that is valid with the fewest other
+        knobs changed, and the smallest steps among those: more ranks, with the process grid
+        that fits them. None when no value in the direction is valid at all."""
+        by_value = self._by_value(i)
+        for j in indices:
+            found = by_value.get(j, ())
+            if found:
+                return min(found, key=lambda c: self._distance(c, positions))
+        return None
+
+    def _by_value(self, i: int) -> dict[int, list[KnobConfig]]:
+        """The valid configurations by the position of knob i's value (worked out once)."""
+        if self._index is None:
+            self._index = {}
+        found = self._index.get(i)
+        if found is None:
+            found = {}
+            for c in self.configs():
+                found.setdefault(self._keys[i][_key(c[i])], []).append(c)
+            self._index[i] = found
+        return found
+
+    def _distance(self, config: KnobConfig, positions: Sequence[int]) -> tuple[int, int]:
+        """(knobs changed, total steps) from the configuration at `positions`."""
+        changed = steps = 0
+        for keys, value, at in zip(self._keys, config, positions, strict=True):
+            here = keys[_key(value)]
+            if here != at:
+                changed, steps = changed + 1, steps + abs(here - at)
+        return changed, steps
 
     def _traded(self, config: KnobConfig, down: int, up: int, at: int) -> KnobConfig | None:
         """Knob `down` (at position `at`) to its nearest smaller value that splits

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from hpc_ds1.tuning.knobs import Knob, KnobSpace, Value
+
 ThroughputUnit = Literal["GFLOP/s", "GB/s"]
 
 
@@ -60,7 +62,11 @@ PrepareFn = Callable[[RankContext, int, int], Prepared]
 class Workload:
     """A kind of job. `prepare(ctx, size, tile)` is called on every rank (collectively);
     `prepare(ctx, size, tile, block)` for a workload whose kernel has a second block (`blocks`
-    other than (0,), where 0 means the kernel's fixed block, as before it was a knob)."""
+    other than (0,), where 0 means the kernel's fixed block, as before it was a knob);
+    `prepare(ctx, size, tile, **knobs)` for one with `knobs` of its own (hpc_ds1.tuning.knobs:
+    integer lists or ranges, ordered values, categories, booleans), under `constraints` over
+    them, ranks and threads (Python expressions, Kernel Tuner's `restrictions`; the constants
+    cpus, gpus and workers may be read)."""
 
     name: str
     description: str
@@ -79,8 +85,16 @@ class Workload:
     module: str = field(default="")  # importable module that defines it (for rank programs)
     blocks: tuple[int, ...] = (0,)
     default_block: int = 0
+    knobs: tuple[Knob, ...] = ()
+    constraints: tuple[str, ...] = ()
+    # False: the job has no ranks nor threads to tune (a recorded GPU kernel): both stay at 1
+    ranks_and_threads: bool = True
 
     def __post_init__(self) -> None:
+        if self.constraints and not self.knobs:
+            raise ValueError(f"{self.name}: constraints need knobs of the workload's own")
+        if self.knobs:
+            check_knobs(self.knobs, self.constraints, f"workload {self.name}")
         if not self.module:
             object.__setattr__(self, "module", getattr(self.prepare, "__module__", "") or "")
         if self.default_tile not in self.tiles:
@@ -94,9 +108,19 @@ class Workload:
     def has_block(self) -> bool:
         return self.blocks != (0,)
 
-    def prepare_job(self, ctx: RankContext, size: int, tile: int, block: int) -> Prepared:
-        """`prepare` with the block where the kernel has one (a plug-in's three-argument
-        `prepare` keeps working)."""
+    def prepare_job(
+        self,
+        ctx: RankContext,
+        size: int,
+        tile: int,
+        block: int,
+        knobs: dict[str, Value] | None = None,
+    ) -> Prepared:
+        """`prepare` with the block where the kernel has one, the workload's own knobs as
+        keyword arguments where it has any (a plug-in's three-argument `prepare` keeps
+        working)."""
+        if self.knobs:
+            return self.prepare(ctx, size, tile, **(knobs or {}))  # type: ignore[call-arg]
         if self.has_block:
             return self.prepare(ctx, size, tile, block)  # type: ignore[call-arg]
         return self.prepare(ctx, size, tile)
@@ -115,3 +139,15 @@ class Workload:
         w = self.work(size)
         amount = w.flops if self.throughput_unit == "GFLOP/s" else w.bytes_moved
         return amount / seconds / 1e9
+
+
+def check_knobs(knobs: tuple[Knob, ...], constraints: tuple[str, ...], source: str) -> None:
+    """KnobError unless `constraints` parse over `knobs`, ranks and threads (the machine's,
+    here with stand-in values: a constraint is checked for its form, not enumerated)."""
+    machine = (Knob("ranks", "int", (1,), 1), Knob("threads", "int", (1,), 1))
+    KnobSpace(
+        (*machine, *knobs),
+        constraints,
+        constants={"cpus": 1, "gpus": 0, "workers": 1},
+        source=source,
+    )

@@ -108,11 +108,17 @@ class CommandWorkload(Workload):
         return {name for name, _, _ in template_fields(self.template)}
 
     def values(self, config: Config, size: int, mpiexec: str = "mpiexec") -> dict[str, str]:
+        """Every placeholder's text for `config` at `size`: the machine's, the tile under the
+        file's knob name (one knob, no constraints) or the workload's own knobs (a bool as
+        true/false, as TOML writes it)."""
+        own = {name: "true" if v is True else "false" if v is False else str(v)
+               for name, v in config.knobs}  # fmt: skip
         return {
             "ranks": str(config.ranks),
             "threads": str(config.threads),
             "size": str(size),
-            self.knob: str(config.tile),
+            **({} if self.knobs else {self.knob: str(config.tile)}),
+            **own,
             "python": sys.executable,
             "mpiexec": mpiexec,
         }

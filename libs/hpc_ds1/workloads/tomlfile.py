@@ -7,7 +7,7 @@
     env = { OMP_NUM_THREADS = "{threads}" } # the default
     sizes = [256, 512, 1024]
     held_out = [384, 768]
-    [knobs.block]                           # at most one: the space's tile dimension
+    [knobs.block]                           # any number of knobs (hpc_ds1.tuning.knobs)
     values = [16, 32, 64]
     default = 32
     [check]                                 # exit_code = true | regex = "..." | command = "..."
@@ -15,6 +15,13 @@
     max_error = 1e-6
     [runtime]                               # one of wall = true (the default) | regex = "..."
     regex = "time=([0-9.eE+-]+)"
+
+A file may declare any number of knobs: integer lists or ranges (`range = [1, 64], scale =
+"pow2"`), ordered values, categories and booleans, and `constraints` between them, ranks and
+threads in [workload] (`constraints = ["p * q == ranks"]`, Kernel Tuner's `restrictions`; the
+constants cpus, gpus and workers may be read). Each knob is a placeholder of the command and
+env, and a configuration's `knobs`. One integer knob without constraints is, as before knobs
+were a workload's own, the space's tile dimension under the knob's name (TILE_UP/TILE_DOWN).
 
 Every error names the file, the field, what was wrong and what is accepted."""
 
@@ -24,10 +31,13 @@ import itertools
 import re
 import tomllib
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.workloads.base import Work
+from hpc_ds1.tuning.knobs import Knob, KnobError, parse_knobs
+from hpc_ds1.tuning.recorded import RecordedError
+from hpc_ds1.workloads.base import Work, check_knobs
 from hpc_ds1.workloads.command import (
     DEFAULT_ENV,
     CheckSpec,
@@ -38,6 +48,7 @@ from hpc_ds1.workloads.command import (
     check_template,
     template_fields,
 )
+from hpc_ds1.workloads.recorded import RecordedWorkload, recorded_workload
 
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # as requests.WorkloadName accepts
 KNOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
@@ -47,8 +58,10 @@ CHECK_PLACEHOLDERS = ("output",)  # the check command's: a file holding the run'
 SECTIONS = {"workload": True, "knobs": False, "check": True, "runtime": False, "work": False}
 WORKLOAD_KEYS = (
     "name", "description", "command", "launcher", "env", "sizes", "held_out", "warmup", "workdir",
+    "constraints",
 )  # fmt: skip
 LAUNCHERS = ("mpi", "none")
+RECORDED_KEYS = ("name", "description", "recorded", "kernel")
 
 
 class WorkloadFileError(ValueError):
@@ -95,46 +108,47 @@ def _sizes(where: _Where, field: str, value: Any, required: bool) -> tuple[int, 
     return tuple(value)
 
 
-def _knob(where: _Where, data: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...], int]:
-    knobs = data.get("knobs", {})
-    if not isinstance(knobs, dict):
+def _knobs(
+    where: _Where, data: Mapping[str, Any], constraints: Any
+) -> tuple[tuple[Knob, ...], tuple[str, ...]]:
+    """The workload's own knobs and constraints (hpc_ds1.tuning.knobs), checked together."""
+    table = data.get("knobs", {})
+    if not isinstance(table, dict):
         raise where.fail("[knobs]", "must be a table of knobs, e.g. [knobs.block]")
-    if len(knobs) > 1:
+    if constraints is None:
+        constraints = []
+    if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
         raise where.fail(
-            "[knobs]",
-            f"declares {len(knobs)} knobs ({', '.join(sorted(knobs))}); at most one is accepted: "
-            "the configuration space has one workload-specific dimension (the tile, moved by "
-            "TILE_UP/TILE_DOWN), besides ranks and threads",
+            "[workload] constraints",
+            f'must be a list of expressions, e.g. ["p * q == ranks"], not {constraints!r}',
         )
-    if not knobs:
-        return None, (1,), 1
-    ((name, knob),) = knobs.items()
-    field = f"[knobs.{name}]"
-    if not KNOB_NAME.match(name) or name in (*BASE_PLACEHOLDERS, *CHECK_PLACEHOLDERS, "tile"):
-        raise where.fail(
-            field,
-            "a knob's name must be an identifier (letters, digits, '_'; at most 32) other than "
-            f"{', '.join((*BASE_PLACEHOLDERS, *CHECK_PLACEHOLDERS, 'tile'))}",
-        )
-    knob = _table(where, knobs, name, ("values", "default"))
-    values = knob.get("values")
-    if (
-        not isinstance(values, list)
-        or not values
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
-        or len(set(values)) != len(values)
-    ):
-        raise where.fail(
-            f"{field} values",
-            f"must be a non-empty list of distinct positive integers, not {values!r}",
-        )
-    ordered = tuple(sorted(values))
-    default = knob.get("default", ordered[(len(ordered) - 1) // 2])
-    if default not in ordered or isinstance(default, bool):
-        raise where.fail(
-            f"{field} default", f"{default!r} is not one of the values {list(ordered)}"
-        )
-    return name, ordered, int(default)
+    if constraints and not table:
+        raise where.fail("[workload] constraints", "constrain knobs: declare them under [knobs]")
+    reserved = (*BASE_PLACEHOLDERS, *CHECK_PLACEHOLDERS, "tile", "gpu")
+    try:
+        knobs = tuple(parse_knobs(table, str(where.path), reserved))
+        check_knobs(knobs, tuple(constraints), str(where.path))
+    except KnobError as error:
+        raise WorkloadFileError(_in_workload_words(str(error))) from None
+    return knobs, tuple(constraints)
+
+
+def _in_workload_words(message: str) -> str:
+    """A knob error in this file's field names: `[knobs.x]` and `[workload] constraints[i]`."""
+    message = re.sub(r": knobs\.([A-Za-z0-9_]+)\.?", r": [knobs.\1] ", message, count=1)
+    message = message.replace("] : ", "]: ")
+    return re.sub(r": constraints\[", ": [workload] constraints[", message, count=1)
+
+
+def _as_tile(knobs: tuple[Knob, ...], constraints: tuple[str, ...]) -> Knob | None:
+    """The one knob a file gave before workloads had knobs of their own: one int knob of
+    positive values, no constraints. It stays the space's tile dimension (TILE_UP/TILE_DOWN),
+    so a home's records and models of it keep their meaning."""
+    if len(knobs) != 1 or constraints:
+        return None
+    (knob,) = knobs
+    ok = knob.kind == "int" and all(int(v) > 0 for v in knob.values)  # type: ignore[arg-type]
+    return knob if ok else None
 
 
 def _regex(where: _Where, field: str, pattern: Any, groups: tuple[int, ...]) -> str:
@@ -302,7 +316,7 @@ def _templates(
     return used
 
 
-def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload:
+def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | RecordedWorkload:
     """The workload a parsed TOML document declares (WorkloadFileError if it is not valid)."""
     where = _Where(path)
     unknown = sorted(set(data) - set(SECTIONS))
@@ -313,12 +327,10 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload:
         )
     if "workload" not in data:
         raise where.fail("[workload]", "missing: the file must declare [workload] with a name")
+    if isinstance(data["workload"], dict) and "recorded" in data["workload"]:
+        return _recorded(where, data, path)
     table = _table(where, data, "workload", WORKLOAD_KEYS)
-    name = table.get("name")
-    if not isinstance(name, str) or not NAME.match(name):
-        raise where.fail(
-            "[workload] name", f"{name!r}; accepted: 1-64 letters, digits, '_', '-' or '.'"
-        )
+    name = _name(where, table)
     command = _string(where, table, "[workload]", "command", None)
     if command is None:
         raise where.fail("[workload] command", "missing: the command line to run, a template")
@@ -329,11 +341,22 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload:
             f'{launcher!r}; accepted: "mpi" (run under mpiexec -n {{ranks}}) or "none" '
             "(the command launches itself, using {ranks})",
         )
-    knob, tiles, default_tile = _knob(where, data)
-    accepted = (*BASE_PLACEHOLDERS, *((knob,) if knob else ()))
+    knobs, constraints = _knobs(where, data, table.get("constraints"))
+    tile = _as_tile(knobs, constraints)
+    tiles: tuple[int, ...] = (1,)
+    default_tile = 1
+    if tile is not None:
+        tiles = tuple(map(int, tile.values))
+        given = data["knobs"][tile.name]
+        # as before knobs were a workload's own: without a default, the middle value
+        has_default = isinstance(given, dict) and "default" in given
+        default_tile = int(tile.default) if has_default else tiles[(len(tiles) - 1) // 2]
+        knobs = ()
+    names = tuple(k.name for k in knobs) or ((tile.name,) if tile else ())
+    accepted = (*BASE_PLACEHOLDERS, *names)
     env = _env(where, table)
     used = _templates(where, command, env, accepted)
-    unused = [p for p in ("threads", *((knob,) if knob else ())) if p not in used]
+    unused = [p for p in ("threads", *names) if p not in used]
     if launcher == "none" and "ranks" not in used:
         unused.insert(0, "ranks")
     if unused:
@@ -378,7 +401,9 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload:
         template=command,
         launcher=launcher,
         env=env,
-        knob=knob or "tile",
+        knob=tile.name if tile else "tile",
+        knobs=knobs,
+        constraints=constraints,
         runtime=_runtime(where, data),
         check=_check(where, data, accepted),
         warmup=warmup,
@@ -387,7 +412,47 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload:
     )
 
 
-def load_workload_file(path: str | Path) -> CommandWorkload:
+def _name(where: _Where, table: Mapping[str, Any]) -> str:
+    name = table.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise where.fail(
+            "[workload] name", f"{name!r}; accepted: 1-64 letters, digits, '_', '-' or '.'"
+        )
+    return name
+
+
+def _recorded(where: _Where, data: Mapping[str, Any], path: Path) -> RecordedWorkload:
+    """A recorded landscape replayed as a workload (workloads.recorded): its name, the
+    recorded file and, for a T4 file or a cache whose constraints live there, its T1 kernel
+    file, both relative to this file."""
+    extra = sorted(set(data) - {"workload"})
+    if extra:
+        raise where.fail(
+            "file",
+            f"a recorded workload has only [workload]; {', '.join(extra)} come from its file",
+        )
+    table = _table(where, data, "workload", RECORDED_KEYS)
+    name = _name(where, table)
+    files = {}
+    for key in ("recorded", "kernel"):
+        given = _string(where, table, "[workload]", key, None)
+        if given is None:
+            if key == "recorded":
+                raise where.fail("[workload] recorded", "missing: the recorded file")
+            continue
+        found = (path.parent / given).expanduser().resolve()
+        if not found.is_file():
+            raise where.fail(f"[workload] {key}", f"{found} is not a file")
+        files[key] = found
+    try:
+        wl = recorded_workload(name, files["recorded"], files.get("kernel"), source=str(path))
+    except RecordedError as error:
+        raise where.fail("[workload] recorded", str(error)) from None
+    description = _string(where, table, "[workload]", "description", "")
+    return replace(wl, description=description) if description else wl
+
+
+def load_workload_file(path: str | Path) -> CommandWorkload | RecordedWorkload:
     """Read and validate one workload file (WorkloadFileError saying what is wrong)."""
     path = Path(path).expanduser()
     try:

@@ -318,16 +318,20 @@ export function fmtSeconds(value) {
 const CONFIG_ORDER = ["ranks", "threads", "tile", "gpu"];
 
 /** A configuration as "ranks=2 threads=1 tile=64": the usual knobs first, whatever order it
- *  came in, then any other knob; gpu only when on; "—" for none. */
+ *  came in, then any other knob, the workload's own knobs ("knobs": {"nb": 64}) flattened
+ *  among them; gpu only when on; "—" for none. */
 export function fmtConfig(config) {
   if (!config || typeof config !== "object") return "—";
+  const own = config.knobs && typeof config.knobs === "object" ? config.knobs : {};
+  const flat = { ...config, ...own };
+  delete flat.knobs;
   const keys = [
-    ...CONFIG_ORDER.filter((k) => k in config),
-    ...Object.keys(config).filter((k) => !CONFIG_ORDER.includes(k)),
+    ...CONFIG_ORDER.filter((k) => k in flat),
+    ...Object.keys(flat).filter((k) => !CONFIG_ORDER.includes(k)),
   ];
   const parts = keys
-    .filter((k) => !(k === "gpu" && config[k] === false))
-    .map((k) => `${k}=${config[k]}`);
+    .filter((k) => !(k === "gpu" && flat[k] === false))
+    .map((k) => `${k}=${flat[k]}`);
   return parts.length ? parts.join(" ") : "—";
 }
 
