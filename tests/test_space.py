@@ -244,3 +244,24 @@ def test_a_job_line_carries_own_knobs_to_the_ranks() -> None:
     assert knob_values(back, knobs) == {"nb": 16, "pad": True, "v": 1.5}
     with pytest.raises(ValueError, match=r"knob nb='32' is not one of \[8, 16\]"):
         knob_values(JobSpec("app", 64, 1, 1, 2, knobs=(("nb", "32"),)), knobs[:1])
+
+
+@pytest.mark.parametrize(("cpus", "gpus"), [(2, 0), (96, 0), (8, 2)])
+@pytest.mark.parametrize("name", ["gemm", "stencil", "nbody", "montecarlo"])
+def test_a_space_as_knobs_has_exactly_its_configurations(name: str, cpus: int, gpus: int) -> None:
+    """knob_view: the searches over any knobs (hpc_ds1.tuning.search) walk the built-ins'
+    spaces too; the view must neither add nor lose a configuration, GPU rules included."""
+    from dataclasses import replace
+
+    from hpc_ds1.space import knob_view
+    from hpc_ds1.workloads import get_workload
+
+    wl = get_workload(name)
+    space = ConfigSpace.for_cpus(
+        cpus, wl.tiles, gpus if wl.gpu_capable else 0, wl.blocks, wl.default_block
+    )
+    space = replace(space, default_tile=wl.default_tile)
+    view = knob_view(space)
+    configs = set(space.configs())
+    assert {view.config(v) for v in view.knobs.configs()} == configs
+    assert all(view.config(view.values(c)) == c for c in configs)

@@ -528,3 +528,58 @@ def _neighbours(config: Config, space: ConfigSpace) -> tuple[tuple[str, Config],
         if nxt is not None:
             out.append((move, nxt))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class KnobView:
+    """A ConfigSpace as a KnobSpace, for the searches that walk any knobs
+    (hpc_ds1.tuning.search): the same configurations, each a tuple of knob values."""
+
+    knobs: KnobSpace
+    like: Config  # the fields the knobs leave as they are
+
+    def config(self, values: tuple[Value, ...]) -> Config:
+        named = self.knobs.as_dict(values)
+        own = {n: v for n, v in named.items() if n not in _FIELDS}
+        fields = {n: v for n, v in named.items() if n in _FIELDS}
+        return self.like.model_copy(update={**fields, "knobs": tuple(sorted(own.items()))})
+
+    def values(self, config: Config) -> tuple[Value, ...]:
+        named = {**{f: getattr(config, f) for f in _FIELDS}, **dict(config.knobs)}
+        return self.knobs.config({n: named[n] for n in self.knobs.names})
+
+
+_FIELDS = ("ranks", "threads", "tile", "block", "gpu")
+
+
+def knob_view(space: ConfigSpace) -> KnobView:
+    """`space` as a KnobSpace over ranks, threads and the workload's own knobs, or, for a
+    workload without them, over ranks, threads, the tile, the block (where the kernel has one)
+    and the GPU (where the device has one), under the rules of `ConfigSpace.problem`."""
+    like = space.default()
+    if space.knob_space is not None:
+        return KnobView(space.knob_space, like)
+    knobs = [
+        Knob("ranks", "int", space.ranks, like.ranks),
+        Knob("threads", "int", space.threads, like.threads),
+        Knob("tile", "int", space.tiles, like.tile),
+    ]
+    constraints = ["ranks * threads <= workers"]
+    if space.blocks != (0,):
+        knobs.append(Knob("block", "int", space.blocks, like.block))
+    if space.has_gpu:
+        knobs.append(Knob("gpu", "bool", (False, True), False))
+        constraints += [
+            "not gpu or ranks <= gpus",
+            f"not gpu or tile == {space.gpu_tile}",
+        ]
+        if space.blocks != (0,):
+            constraints.append(f"not gpu or block in (0, {space.blocks[0]})")
+    view = KnobSpace(
+        knobs,
+        constraints,
+        constants={"workers": space.max_workers, "gpus": space.gpus},
+        trades=(("ranks", "threads"),),
+        source="the configuration space",
+    )
+    return KnobView(view, like)

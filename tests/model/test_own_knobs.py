@@ -38,12 +38,13 @@ def test_own_knob_columns_encode_values_without_the_knob_definitions() -> None:
     fast = ft.own_knob_vector(_config(1, 16, "fast"))
     slow = ft.own_knob_vector(_config(1, 16, "slow"))
     assert len(fast) == len(ft.OWN_KNOB_FEATURES)
-    # knobs by name: algo, nb; a number as its log2; a word as a stable code in [0, 1)
-    assert fast[1] == slow[1] == 4.0 and fast[0] != slow[0]
+    # knobs by name: algo, nb; a number as log2(1 + |v|) with its sign; a word as a stable
+    # code in [0, 1)
+    assert fast[1] == slow[1] == math.log2(17) and fast[0] != slow[0]
     assert 0 <= fast[0] < 1 and fast[2:] == [0.0] * (len(fast) - 2)
     assert ft.own_knob_vector(Config(ranks=1, threads=1, tile=4)) == [0.0] * len(fast)
-    flags = Config(ranks=1, threads=1, tile=1, knobs={"pad": True, "x": -3})
-    assert ft.own_knob_vector(flags)[:2] == [1.0, -3.0]
+    flags = Config(ranks=1, threads=1, tile=1, knobs={"pad": True, "x": -3, "y": 0, "z": 1})
+    assert ft.own_knob_vector(flags)[:4] == [1.0, -2.0, 0.0, 1.0]  # a 0/1 switch stays apart
 
 
 def test_the_transfer_table_keeps_own_knobs_and_reads_a_file_from_before_them() -> None:

@@ -12,10 +12,18 @@ import orjson
 
 from ..settings import Settings
 from ..setup import PROFILES, Campaign, plan_jobs
+from ..setup.budget import Budget, BudgetError, run_budgeted
 from ..stack import open_stack
 from ..subjects import train_subject
 from . import CommandFailed, UsageError
-from .common import add_home_argument, add_json_argument, load_settings, print_json, run_campaign
+from .common import (
+    add_home_argument,
+    add_json_argument,
+    load_settings,
+    print_json,
+    run_campaign,
+    with_run_progress,
+)
 
 TRAIN_TIMEOUT_S = 1800.0
 
@@ -40,6 +48,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--sizes",
         help="comma-separated sizes for every selected workload, instead of the profile's",
+    )
+    parser.add_argument(
+        "--budget",
+        metavar="RUNS|DURATION",
+        help="measure at most RUNS configurations in all (600), or for at most DURATION (30m, "
+        "2h), chosen by what they are expected to teach (active learning), instead of every "
+        "configuration",
     )
     parser.add_argument("--repeats", type=int, help="timed repeats per configuration")
     parser.add_argument("--no-train", action="store_true", help="measure only")
@@ -88,8 +103,16 @@ def handle(args: argparse.Namespace) -> int:
     except UnknownWorkload as error:
         raise UsageError(str(error)) from None
     sizes = _sizes(args.sizes)
+    budget = None
+    if args.budget is not None:
+        try:
+            budget = Budget.parse(args.budget)
+        except BudgetError as error:
+            raise UsageError(str(error)) from None
     return asyncio.run(
-        _setup(settings, profile, workloads, sizes, not args.no_train, as_json=args.json)
+        _setup(
+            settings, profile, workloads, sizes, not args.no_train, as_json=args.json, budget=budget
+        )
     )
 
 
@@ -100,6 +123,7 @@ async def _setup(
     sizes: list[int] | None,
     train: bool,
     as_json: bool = False,
+    budget: Budget | None = None,
 ) -> int:
     from ..hardware import fingerprint
     from ..space import ConfigSpace
@@ -111,14 +135,30 @@ async def _setup(
     found: dict[str, Any] = {"profile": profile.name, "model": None}
     async with open_stack(settings, ("projector", "agent", "trainer"), "setup") as stack:
         device_id = await stack.local_device()
+        whole = sum(len(c) for c in chunks)
+        planned = f"{whole} runs planned · {profile.repeats} timed repeats in interleaved rounds"
+        if budget is not None:
+            limit = f"{budget.runs} runs" if budget.runs else f"{budget.seconds:g} s"
+            planned = (
+                f"budget {limit} of the {whole} configurations, chosen by active learning · "
+                f"{profile.repeats} timed repeats each"
+            )
         print(
-            f"setup ({profile.name}) of device {device_id} · {fp.cpu_model} · "
-            f"{sum(len(c) for c in chunks)} runs planned · {profile.repeats} timed repeats in "
-            f"interleaved rounds, seed 0 · home {settings.home}",
+            f"setup ({profile.name}) of device {device_id} · {fp.cpu_model} · {planned}, "
+            f"seed 0 · home {settings.home}",
             flush=True,
             file=out,
         )
-        report = await run_campaign(Campaign(stack, device_id), chunks)
+        if budget is None:
+            report = await run_campaign(Campaign(stack, device_id), chunks)
+        else:
+            cells = [(c[0].workload, c[0].size, spaces[c[0].workload]) for c in chunks if c]
+            report = await with_run_progress(
+                budget.runs or whole,
+                lambda p: run_budgeted(
+                    Campaign(stack, device_id), cells, budget, profile.repeats, p
+                ),
+            )
         print(
             f"measured {report.measured} runs in {report.seconds:.0f} s "
             f"({report.skipped} already in the log; by status {report.by_status})",

@@ -294,6 +294,7 @@ def _oof_deltas(
 
 
 DECIDE_SHARES = (0.0, 0.5, 1.0)
+CONFIG_FOLDS = 5  # runtime-model CV folds over configurations, where one size was measured
 
 
 def _choose_decide_share(
@@ -698,6 +699,28 @@ def train(
         note = "only one measured size per workload: no leave-one-size-out CV possible; default"
         move_metrics = {"chosen": move_name, "why": note, "candidates": {}}
         runtime_metrics = {"chosen": rt_name, "why": note, "candidates": {}, "rmse_log10": None}
+        if len(yr) >= CONFIG_FOLDS * 4:
+            # One size (a recorded GPU space, a setup of one size): the runtime model is still
+            # chosen, on folds of configurations instead of sizes.
+            folds = np.random.default_rng(seed).permutation(len(yr)) % CONFIG_FOLDS
+            rt_name, rt_cv, rt_rmse = est.choose_regressor(
+                Xr,
+                yr,
+                folds,
+                [(w, s) for w, s, _ in rkeys],
+                seed,
+                runtime_selection,
+                runtime_candidates,
+            )
+            runtime_metrics = {
+                "chosen": rt_name,
+                "selection": runtime_selection,
+                "why": f"one measured size: {CONFIG_FOLDS}-fold CV over its configurations, "
+                f"{est.RUNTIME_SELECTIONS[runtime_selection][0]} (RMSE {rt_rmse}) among "
+                f"{len(rt_cv)} candidates",
+                "candidates": rt_cv,
+                "rmse_log10": rt_rmse,
+            }
         blend = Blend()
         decide_share = 0.0
         transfer_choice = choose_weights(transfer_table, {}, {}, bandwidth)

@@ -1,0 +1,69 @@
+"""`setup --budget RUNS|DURATION` (issue 42, item 2): parsing, and a budgeted setup of a
+recorded GPU space that measures only its share, records each run, resumes from the log and
+trains a model on what it measured."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpc_ds1.settings import Settings
+from hpc_ds1.setup.budget import Budget, BudgetError
+from tests.commands import HPC_DS1, cli_env
+
+DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
+
+
+@pytest.mark.parametrize(
+    ("text", "budget"),
+    [
+        ("600", Budget(runs=600)),
+        ("90s", Budget(seconds=90.0)),
+        ("30m", Budget(seconds=1800.0)),
+        ("1.5h", Budget(seconds=5400.0)),
+        (" 2 min ", Budget(seconds=120.0)),
+    ],
+)
+def test_a_budget_is_runs_or_a_duration(text: str, budget: Budget) -> None:
+    assert Budget.parse(text) == budget
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "ten", "5d", "0s", "1e3", ""])
+def test_a_bad_budget_says_what_is_accepted(text: str) -> None:
+    with pytest.raises(BudgetError, match=r"accepted: a number of runs|at least 1 run"):
+        Budget.parse(text)
+
+
+def test_a_budgeted_setup_measures_its_share_resumes_and_trains(settings: Settings) -> None:
+    folder = settings.home / "workloads"
+    folder.mkdir(parents=True)
+    (folder / "conv.toml").write_text(
+        "[workload]\n"
+        'name = "conv-a6000"\n'
+        f'recorded = "{DATA / "convolution_milo_A6000_cut.json"}"\n'
+        f'kernel = "{DATA / "convolution_milo_cut.json"}"\n'
+    )
+
+    def setup(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**cli_env(settings), "HPC_DS1_REPLAY_SEED": "3"}
+        return subprocess.run(
+            [HPC_DS1, "setup", "--workload", "conv-a6000", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    first = setup("--budget", "12", "--no-train")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "budget 12 runs of the 36 configurations" in first.stdout, first.stdout
+    assert "measured 12 runs" in first.stdout and "(0 already in the log" in first.stdout
+    # the same budget again: the same choices, read back from the log, nothing run twice
+    again = setup("--budget", "12")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "measured 0 runs" in again.stdout and "(12 already in the log" in again.stdout
+    assert "trained model" in again.stdout, again.stdout
+    bad = setup("--budget", "soon")
+    assert bad.returncode == 2 and "--budget 'soon': accepted" in bad.stderr
