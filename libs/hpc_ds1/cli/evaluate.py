@@ -141,6 +141,14 @@ def handle(args: argparse.Namespace) -> int:
         workloads = [get_workload(name) for name in names]
     except UnknownWorkload as error:
         raise UsageError(str(error)) from None
+    replayed = [w.name for w in workloads if not w.held_out and not w.ranks_and_threads]
+    if replayed and args.workloads:
+        raise UsageError(
+            f"{', '.join(replayed)}: a recorded workload has one size, the one setup trained "
+            "on, so nothing is held out to evaluate; score it with benchmarks/yardstick.py "
+            "(docs/yardstick.md), every run counted"
+        )
+    workloads = [w for w in workloads if w.name not in replayed]
     try:
         sizes = parse_sizes(args.sizes, names) if args.sizes else None
     except ValueError as error:

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import command_workload, get_workload, register, unregister
+from hpc_ds1.workloads.recorded import recorded_workload
 
 WAIT_S = 90.0
 MONTECARLO = {"ranks": 1, "threads": 1, "tile": get_workload("montecarlo").default_tile}
@@ -170,6 +172,44 @@ async def test_a_job_the_runner_refuses_is_a_run_failure_without_a_measurement(
     assert "task.finished" not in [e.type for e in envs]
     await stack.caught_up()
     assert await asyncio.to_thread(measurement, engine, f"task-{task_id}-1") is None
+
+
+@pytest.fixture
+def replayed() -> Any:
+    """The A6000 convolution fixture replayed as a workload (a recorded GPU, issue 42)."""
+    data = Path(__file__).resolve().parents[2] / "tuning" / "data"
+    wl = recorded_workload(
+        "test-fleet-replayed",
+        data / "convolution_milo_A6000_cut.json",
+        data / "convolution_milo_cut.json",
+    )
+    register(wl, replace=True)
+    yield wl
+    unregister(wl.name)
+
+
+async def test_a_task_of_a_recorded_gpu_is_replayed_and_recorded(
+    local: tuple[Stack, str], settings: Settings, engine: Engine, replayed: Any
+) -> None:
+    """An agent whose home holds a recorded workload stands for that GPU: a task placed on it
+    runs one draw of the recorded repeats per timed repeat, and is recorded as any run is."""
+    stack, device_id = local
+    landscape = replayed.landscape()
+    ran = next(c for c, r in landscape.records.items() if not isinstance(r, str))
+    config = {"ranks": 1, "threads": 1, "tile": 1, "knobs": landscape.space.as_dict(ran)}
+    task_id = await place(stack, device_id, replayed.name, 1, config)
+    item = WorkItem(
+        task_id=task_id, attempt=1, device_id=device_id, workload=replayed.name, size=1,
+        config=config, expected_s=0.001,
+    )  # fmt: skip
+    await put(stack, settings, item)
+    finished = await wait_for_event(stack, task_id, "task.finished")
+    assert finished.data["config"]["knobs"] == config["knobs"]
+    repeats = landscape.records[ran]
+    assert min(repeats) <= finished.data["runtime_s"] <= max(repeats)
+    await stack.caught_up()
+    row = await asyncio.to_thread(measurement, engine, finished.data["measurement_id"])
+    assert row is not None and row["status"] == "ok" and row["config"]["knobs"] == config["knobs"]
 
 
 @pytest.fixture
