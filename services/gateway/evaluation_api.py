@@ -1,5 +1,7 @@
-"""GET /v1/evaluation (the latest evaluation of a model on held-out sizes, from the projection)
-and GET /v1/evaluation/plots/{name} (its PNG plots). Reading needs `require("viewer")`."""
+"""GET /v1/evaluation (the latest evaluation of a model on held-out sizes, from the projection),
+GET /v1/evaluation/plots/{name} (its PNG plots) and GET /v1/evaluation/yardstick (the latest
+yardstick on recorded GPU spaces, benchmarks/yardstick.py --home). Reading needs
+`require("viewer")`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import re
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.responses import FileResponse
 from sqlalchemy import Engine, select
@@ -20,6 +23,12 @@ from .auth import require
 from .schemas import E404, READ_ERRORS
 
 NO_EVALUATION = "no evaluation yet: run `hpc-ds1 evaluate` (or `hpc-ds1 evaluate --quick`)"
+NO_YARDSTICK = (
+    "no yardstick on this home: run `python benchmarks/yardstick.py SPACE ... --home HOME` "
+    "(docs/yardstick.md)"
+)
+YARDSTICK_FILE = "yardstick.json"  # under the home's evaluation/ folder
+YARDSTICK_MAX_BYTES = 8 * 2**20
 PLOT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.png")
 
 # Module level: with postponed annotations FastAPI resolves these names in module globals.
@@ -92,4 +101,26 @@ def evaluation_router(settings: Settings, engine: Engine) -> APIRouter:
             raise HTTPException(404, f"no evaluation plot named {name!r}")
         return FileResponse(path, media_type="image/png")
 
+    @router.get("/v1/evaluation/yardstick", responses={**READ_ERRORS, **E404})
+    async def yardstick(_: Reader) -> dict[str, Any]:
+        """The latest yardstick (benchmarks/yardstick.py): HPC-DS1 against Kernel Tuner's
+        strategies, Optuna TPE and random search on recorded GPU spaces, every run counted;
+        per space, policy and budget the fraction of the optimum and the methodology score."""
+        found = await asyncio.to_thread(read_yardstick, settings)
+        if found is None:
+            raise HTTPException(404, NO_YARDSTICK)
+        return found
+
     return router
+
+
+def read_yardstick(settings: Settings) -> dict[str, Any] | None:
+    """The home's yardstick file, when it is there and a JSON object of a sane size."""
+    path = settings.home / "evaluation" / YARDSTICK_FILE
+    try:
+        if path.stat().st_size > YARDSTICK_MAX_BYTES:
+            return None
+        found = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return found if isinstance(found, dict) else None

@@ -3,6 +3,7 @@ projection."""
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from collections.abc import AsyncIterator
@@ -126,3 +127,18 @@ async def test_plots_are_served_by_plain_file_name(
     for name in ("../x.png", "..%2Fx.png", "%2E%2E%2Fx.png", "..png", ".hidden.png"):
         reply = await client.get(f"/v1/evaluation/plots/{name}")
         assert reply.status_code in (404, 422), name
+
+
+async def test_the_yardstick_is_served_from_the_home_when_it_has_one(
+    settings: Settings, client: httpx.AsyncClient
+) -> None:
+    missing = await client.get("/v1/evaluation/yardstick")
+    assert missing.status_code == 404 and "benchmarks/yardstick.py" in missing.json()["error"]
+    folder = settings.home / "evaluation"
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = {"spaces": {"A100": {"figures": {"random": {"5": {"median": 0.5, "score": 0.0}}}}}}
+    (folder / "yardstick.json").write_text(json.dumps(figures))
+    found = await client.get("/v1/evaluation/yardstick")
+    assert found.status_code == 200 and found.json() == figures
+    (folder / "yardstick.json").write_text("[not an object")
+    assert (await client.get("/v1/evaluation/yardstick")).status_code == 404

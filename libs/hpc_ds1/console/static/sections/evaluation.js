@@ -2,7 +2,9 @@
 // tables (tuning sessions on held-out sizes, System 1, the familiarity guard on never-seen
 // kernels), each with a plot drawn here with uPlot (static/vendor/uplot.esm.js) from the same
 // numbers, plus the reliability of the stated confidence; the evaluation's own PNG plots
-// (GET /v1/evaluation/plots/{name}) follow when this server has them. Without an evaluation it
+// (GET /v1/evaluation/plots/{name}) follow when this server has them, and the yardstick on
+// recorded GPU spaces (GET /v1/evaluation/yardstick: fraction of the optimum against the budget
+// of runs, per policy) when the home has one. Without an evaluation it
 // says to run `hpc-ds1 evaluate`. Live on evaluation.published (and model.published: the
 // evaluation may then be of an older model, which it says).
 import { api, el, fmtPercent, fmtTime, onEvent, onReconnect } from "../console.js";
@@ -268,6 +270,97 @@ function targetsPart(targets) {
   );
 }
 
+const YARDSTICK_COLOURS = ["#0b5cad", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"];
+
+function median(values) {
+  const v = values.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
+  if (!v.length) return null;
+  const mid = Math.floor(v.length / 2);
+  return v.length % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+/** Per policy and budget, over the yardstick's spaces: the median of each space's median
+ *  fraction of the optimum, and the mean methodology score. */
+export function yardstickSummary(data) {
+  const spaces = Object.values((data && data.spaces) || {}).filter((s) => s && s.figures);
+  const budgets = new Set();
+  const policies = new Map();
+  for (const space of spaces) {
+    for (const [policy, byBudget] of Object.entries(space.figures)) {
+      if (!policies.has(policy)) policies.set(policy, new Map());
+      for (const [budget, cell] of Object.entries(byBudget || {})) {
+        const b = Number(budget);
+        if (!Number.isFinite(b) || !cell) continue;
+        budgets.add(b);
+        const at = policies.get(policy);
+        if (!at.has(b)) at.set(b, { fractions: [], scores: [] });
+        at.get(b).fractions.push(cell.median);
+        at.get(b).scores.push(cell.score);
+      }
+    }
+  }
+  const sorted = [...budgets].sort((a, b) => a - b);
+  const rows = [...policies.entries()].map(([policy, at]) => ({
+    policy,
+    fraction: sorted.map((b) => (at.has(b) ? median(at.get(b).fractions) : null)),
+    score: sorted.map((b) => {
+      const v = at.has(b) ? at.get(b).scores.filter((x) => typeof x === "number" && Number.isFinite(x)) : [];
+      return v.length ? v.reduce((a, c) => a + c, 0) / v.length : null;
+    }),
+  }));
+  return { spaces: spaces.length, budgets: sorted, rows };
+}
+
+function yardstickPart(data) {
+  const sum = yardstickSummary(data);
+  if (!sum.rows.length || !sum.budgets.length) return null;
+  const part = el(
+    "section",
+    { class: "evaluation-part yardstick" },
+    el("h3", {}, "The yardstick: recorded GPU spaces, every run counted"),
+    el(
+      "p",
+      { class: "muted" },
+      `Over ${sum.spaces} recorded space(s) (benchmarks/yardstick.py): the median across spaces of each policy's median fraction of the optimum found within a budget of runs on the device, and the mean autotuning-methodology score (0: calculated random search, 1: the optimum).`
+    )
+  );
+  chart(part, "Fraction of the optimum found against the budget of runs, per policy", (holder, width) => {
+    const series = [
+      { label: "runs" },
+      ...sum.rows.map((r, i) => ({
+        label: r.policy,
+        stroke: YARDSTICK_COLOURS[i % YARDSTICK_COLOURS.length],
+        width: r.policy.startsWith("hpcds1") ? 3 : 1.5,
+        points: { show: true, size: 6 },
+        value: (_u, v) => (v == null ? "—" : n(v, 3)),
+      })),
+    ];
+    return new uPlot(
+      {
+        width,
+        height: 300,
+        scales: { x: { time: false, distr: 3 }, y: { range: [0, 1.02] } },
+        axes: [{ label: "budget (runs on the device)" }, { label: "fraction of the optimum", size: 56 }],
+        series,
+        legend: { live: false },
+      },
+      [sum.budgets, ...sum.rows.map((r) => r.fraction)],
+      holder
+    );
+  });
+  part.appendChild(
+    dataTable(
+      "Yardstick: fraction of the optimum [methodology score] per budget",
+      [{ label: "policy" }, ...sum.budgets.map((b) => ({ label: `${b} runs`, num: true }))],
+      sum.rows.map((r) => [
+        el("code", {}, r.policy),
+        ...r.fraction.map((f, i) => `${n(f, 3)} [${r.score[i] == null ? "—" : n(r.score[i], 2)}]`),
+      ])
+    )
+  );
+  return part;
+}
+
 function pngPart(plots) {
   if (!Array.isArray(plots) || !plots.length) return null;
   return el(
@@ -335,15 +428,19 @@ export async function init(root) {
   let again = false;
 
   async function load() {
-    const [ev, model] = await Promise.all([
+    const [ev, model, yardstick] = await Promise.all([
       api("/v1/evaluation").catch((error) => error),
       api("/v1/model").catch(() => null),
+      api("/v1/evaluation/yardstick").catch(() => null),
     ]);
     if (ev instanceof Error) {
       target.replaceChildren(ev.status === 404 ? emptyState(ev.message) : el("p", { class: "section-error", role: "alert" }, ev.message));
     } else {
       target.replaceChildren(render(ev, model && model.model ? model.model.version : null));
     }
+    // the yardstick is drawn after the tables are in the page (uPlot needs their width)
+    const part = yardstick ? yardstickPart(yardstick) : null;
+    if (part) target.appendChild(part);
     root.dataset.updated = String(Date.now());
   }
 
