@@ -118,11 +118,12 @@ class Settings(BaseSettings):
     )
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
-    calibration_target: Literal["not_slower", "good"] = Field(
+    calibration_target: Literal["not_slower", "good", "unattended"] = Field(
         default="not_slower",
         description="What a trained model's confidence states the chance of: not_slower (the "
-        "decision does not leave the job slower beyond the noise) or good (a move at most 2 % "
-        "slower; fewer decisions run by themselves).",
+        "decision does not leave the job slower beyond the noise), good (a move at most 2 % "
+        "slower; fewer decisions run by themselves) or unattended (a move makes the job faster "
+        "beyond the noise, a STOP leaves at most 2 % on the table: issue 43).",
     )
     runtime_selection: Literal["order", "rmse"] = Field(
         default="order",

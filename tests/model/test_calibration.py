@@ -31,5 +31,18 @@ def test_stop_is_not_slower_when_its_fastest_neighbour_is_within_the_noise() -> 
 
 
 def test_an_unknown_calibration_target_is_refused_before_anything_is_fitted() -> None:
-    with pytest.raises(ValueError, match="calibrate_on='right': accepted are not_slower, good"):
+    with pytest.raises(
+        ValueError, match="calibrate_on='right': accepted are not_slower, good, unattended"
+    ):
         train([], {}, calibrate_on="right")
+
+
+def test_right_unattended_means_faster_beyond_the_noise_or_a_stop_that_leaves_2_percent() -> None:
+    from hpc_ds1.model.calibration import move_unattended, stop_unattended, worse_than_best
+
+    assert move_unattended(1.0, 0.01, 0.8, 0.01)  # clearly faster
+    assert not move_unattended(1.0, 0.05, 0.97, 0.05)  # within the noise: an engineer's call
+    assert not move_unattended(1.0, 0.01, None, None)  # failed
+    assert stop_unattended(1.0, [0.99, 1.3]) and not stop_unattended(1.0, [0.97])
+    assert worse_than_best(1.05, 1.0, [1.2]) and not worse_than_best(1.04, 1.0, [1.2])
+    assert worse_than_best(1.0, 1.0, [0.9]) and worse_than_best(None, 1.0, [])

@@ -101,6 +101,8 @@ def _trained_and_decided(space: ConfigSpace) -> None:
     trained = train(rows, fingerprint(), space_for=lambda _: space)
     assert trained.metadata["features"][-3:] == list(ft.TELEMETRY_FEATURES)
     assert set(ft.OWN_KNOB_FEATURES) <= set(trained.metadata["features"])
+    found = trained.metrics["move_model"]["discrimination"]  # issue 43's report is there
+    assert found["decisions"] > 0 and found["brier"]["uncertainty"] >= 0
     model = Model.from_onnx(trained.to_onnx())
     start = _config(1, 8, "slow")
     state = State(workload="app", size=128, config=start, runtime_s=128e-4 * 8 * 1.7)

@@ -39,7 +39,8 @@ MIN_DECISIONS = 20
 TOLERANCE = 0.02
 BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 KINDS = ("move", "stop")
-TARGETS = ("not_slower", "good")
+TARGETS = ("not_slower", "good", "unattended")
+WORSE = 0.05  # a decision is wrong for discrimination when it ends >= 5 % above the best
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,27 @@ def stop_not_slower(
     return not is_faster(fastest, spread, here_s, here_spread)
 
 
+def move_unattended(
+    here_s: float, here_spread: float | None, there_s: float | None, there_spread: float | None
+) -> bool:
+    """A move that is right to run unattended (issue 43): it makes the job faster beyond the
+    noise of the two measurements."""
+    return there_s is not None and is_faster(there_s, there_spread, here_s, here_spread)
+
+
+def stop_unattended(here_s: float, neighbours_s: Sequence[float]) -> bool:
+    """A STOP (or a revert) that is right unattended: it leaves at most TOLERANCE (2 %) on the
+    table, no neighbour being more than that faster."""
+    return stop_good(here_s, neighbours_s)
+
+
+def worse_than_best(ends_s: float | None, here_s: float, neighbours_s: Sequence[float]) -> bool:
+    """Whether a decision ends at least WORSE (5 %) above the best configuration it could have
+    reached (the current one or a neighbour that ran); a failed target always is."""
+    best = min([here_s, *neighbours_s])
+    return ends_s is None or ends_s >= best * (1.0 + WORSE)
+
+
 def ece(confidence: Array, good: Array) -> float:
     """Expected calibration error over the evaluation's confidence bins."""
     confidence, good = np.asarray(confidence, dtype=float), np.asarray(good, dtype=float)
@@ -142,6 +164,18 @@ def calibrated(calibration: Calibration, p: Array, stop: Array) -> Array:
     )
 
 
+def crossed_confidence(p: Array, stop: Array, good: Array, groups: Array) -> Array:
+    """Each decision's confidence under the maps fitted on the other groups (training sizes):
+    calibrated, and never by its own outcome."""
+    p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
+    groups = np.asarray(groups)
+    crossed = p.copy()
+    for g in np.unique(groups):
+        rest = groups != g
+        crossed[~rest] = calibrated(fit(p[rest], stop[rest], good[rest]), p[~rest], stop[~rest])
+    return crossed
+
+
 def fit_and_score(
     p: Array, stop: Array, good: Array, groups: Array, target: str = "not_slower"
 ) -> tuple[Calibration, dict]:
@@ -149,17 +183,15 @@ def fit_and_score(
     group (a training size), maps fitted on the other groups applied to it. `good`: whether
     each decision came true by `target`'s meaning (TARGETS)."""
     p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
-    groups = np.asarray(groups)
-    crossed = p.copy()
-    for g in np.unique(groups):
-        rest = groups != g
-        crossed[~rest] = calibrated(fit(p[rest], stop[rest], good[rest]), p[~rest], stop[~rest])
+    crossed = crossed_confidence(p, stop, good, groups)
     calibration = fit(p, stop, good)
     what = {
         "good": f"P(good): a move's target at most {TOLERANCE:.0%} slower; STOP: no neighbour "
         f"more than {TOLERANCE:.0%} faster",
         "not_slower": "P(not slower): a move's target not slower beyond the noise of the two "
         "measurements; STOP: its fastest neighbour not faster beyond the noise",
+        "unattended": "P(right unattended): a move makes the job faster beyond the noise of the "
+        f"two measurements; STOP leaves at most {TOLERANCE:.0%} on the table",
     }
     return calibration, {
         "target": target,

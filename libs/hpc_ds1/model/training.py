@@ -20,20 +20,26 @@ from hpc_ds1.model import features as ft
 from hpc_ds1.model.blend import Blend, choose_blend
 from hpc_ds1.model.calibration import (
     TARGETS,
+    WORSE,
     Calibration,
     calibrated,
+    crossed_confidence,
     ece,
     fit_and_score,
     move_good,
     move_not_slower,
+    move_unattended,
     stop_good,
     stop_not_slower,
+    stop_unattended,
+    worse_than_best,
 )
+from hpc_ds1.model.discrimination import report as discrimination_report
 from hpc_ds1.model.guard import DISTANCE_MARGIN, DISTANCE_PERCENTILE, DistanceGuard
 from hpc_ds1.model.labels import Outcome, SpaceFor, StateKey, aggregate, label_outcomes
 from hpc_ds1.model.labels import measured_space as _measured_space
 from hpc_ds1.model.onnx_graph import CONVERSION_TOLERANCE, build, classifier_conversion_error
-from hpc_ds1.model.schema import Measurement
+from hpc_ds1.model.schema import Measurement, Thresholds
 from hpc_ds1.model.transfer import (
     Table,
     blended_deltas,
@@ -384,12 +390,13 @@ def _oof_runtime(Xr: Array, rgroups: Array, fitted: dict[int, Any]) -> Array:
 
 def _decisions_came_true(
     rows: _Rows, keys: Sequence[StateKey], proba: Array
-) -> tuple[Array, dict[str, Array]]:
+) -> tuple[Array, dict[str, Array], Array]:
     """For each out-of-fold decision (argmax of `proba`): whether it is STOP, and whether it
     came true on the measured runtimes by each calibration target's meaning (good:
     calibration.move_good, stop_good; not_slower: move_not_slower, stop_not_slower)."""
     stop: list[bool] = []
-    came_true: dict[str, list[bool]] = {"good": [], "not_slower": []}
+    came_true: dict[str, list[bool]] = {"good": [], "not_slower": [], "unattended": []}
+    worse: list[bool] = []
     for key, p in zip(keys, proba, strict=True):
         workload, size, config = key
         choice = ALL_ACTIONS[int(np.argmax(p))]
@@ -398,13 +405,14 @@ def _decisions_came_true(
         assert here.runtime_s is not None  # decisions are taken at states that ran
         space = rows.space(workload)
         stop.append(choice == STOP)
+        found = [rows.outcomes.get((workload, size, c)) for c in neighbours(config, space).values()]
+        around = [(o.runtime_s, o.spread) for o in found if o and o.ok and o.runtime_s]
+        around_s = [t for t, _ in around]
         if choice == STOP:
-            found = [
-                rows.outcomes.get((workload, size, c)) for c in neighbours(config, space).values()
-            ]
-            around = [(o.runtime_s, o.spread) for o in found if o and o.ok and o.runtime_s]
-            came_true["good"].append(stop_good(here.runtime_s, [t for t, _ in around]))
+            came_true["good"].append(stop_good(here.runtime_s, around_s))
             came_true["not_slower"].append(stop_not_slower(here.runtime_s, here.spread, around))
+            came_true["unattended"].append(stop_unattended(here.runtime_s, around_s))
+            worse.append(worse_than_best(here.runtime_s, here.runtime_s, around_s))
             continue
         target = apply_move(config, choice, space)
         there = rows.outcomes.get((workload, size, target)) if target is not None else None
@@ -415,9 +423,15 @@ def _decisions_came_true(
         came_true["not_slower"].append(
             move_not_slower(here.runtime_s, here.spread, there_s, there_spread)
         )
-    return np.asarray(stop, dtype=bool), {
-        k: np.asarray(v, dtype=bool) for k, v in came_true.items()
-    }
+        came_true["unattended"].append(
+            move_unattended(here.runtime_s, here.spread, there_s, there_spread)
+        )
+        worse.append(worse_than_best(there_s, here.runtime_s, around_s))
+    return (
+        np.asarray(stop, dtype=bool),
+        {k: np.asarray(v, dtype=bool) for k, v in came_true.items()},
+        np.asarray(worse, dtype=bool),
+    )
 
 
 def _session_scorer(
@@ -684,10 +698,19 @@ def train(
             **est.classification_scores(decided, y[tele]),
             "table": est.calibration_table(d_conf, d_correct.astype(float)),
         }
-        d_stop, came_true = _decisions_came_true(rows, tele_keys, decided)
+        d_stop, came_true, worse = _decisions_came_true(rows, tele_keys, decided)
         calibration, move_metrics["not_slower"] = fit_and_score(
             d_conf, d_stop, came_true[calibrate_on], groups[tele], calibrate_on
         )
+        crossed = crossed_confidence(d_conf, d_stop, came_true[calibrate_on], groups[tele])
+        # issue 43: does the confidence tell the decisions that end >= 5 % above the best they
+        # could reach from the others? (leave-one-size-out calibrated, out-of-fold decisions)
+        move_metrics["discrimination"] = {
+            "what": f"confidence against 'ends less than {WORSE:.0%} above the best available' "
+            "(AUROC), its Brier decomposition, and the error among the decisions taken at each "
+            "coverage, highest confidence first",
+            **discrimination_report(crossed, ~worse, threshold=Thresholds().auto),
+        }
         # the other target, scored in sample under this calibration (what it would have meant)
         move_metrics["not_slower"]["ece_in_sample_on_other_targets"] = {
             t: round(ece(calibrated(calibration, d_conf, d_stop), v), 4)
