@@ -53,8 +53,10 @@ def test_onnx_equals_scikit_learn(
     assert proba.shape == sk_proba.shape
     assert np.abs(proba - sk_proba).max() < 1e-5
     assert np.abs(runtime[:, 0] - sk_runtime).max() < 1e-4  # log10 seconds
-    assert np.abs(distance - sk_distance).max() < 1e-3
-    assert distance[: len(states)].max() < 1e-3  # training states are in the training data
+    # the distance is sqrt(|z|^2 + |m|^2 - 2 z.m) in float32 (one MatMul): near 0 its rounding
+    # is about sqrt(d |z|^2 eps), a few 1e-3, far below the guard's threshold
+    assert np.abs(distance - sk_distance).max() < 1e-2 < trained.metadata["distance_threshold"]
+    assert distance[: len(states)].max() < 1e-2  # training states are in the training data
 
 
 def float32_tolerance(

@@ -801,7 +801,7 @@ def train(
             f"distances x {DISTANCE_MARGIN:g}",
             "loo_distance_median": round(float(np.median(guard.loo_distances)), 5),
             "training_rows_flagged": round(flagged, 5),
-            "training_rows": len(guard.matrix),
+            "training_rows": len(guard.loo_distances),
         },
         "held_out": _held_out_eval(
             held, machine, tiles, space_for, move_model, runtime_model, layout

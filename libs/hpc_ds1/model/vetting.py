@@ -56,11 +56,15 @@ class UnsafeModel(ValueError):
 # Loop/If/Scan (subgraphs) and every other op that makes a tensor of a size it reads from its
 # input; the one such op ours use, ConstantOfShape (PolynomialFeatures' column of ones), is
 # accepted only on a Shape node's output (the size of a tensor that already exists).
+# Operators of model files written by earlier versions that no training exports any more:
+# the guard's Unsqueeze (its elementwise distance, before 7 Dec 2026). Such files keep loading.
+LEGACY_OPS: frozenset[tuple[str, str]] = frozenset({("", "Unsqueeze")})
 ALLOWED_OPS: frozenset[tuple[str, str]] = frozenset(
     [
         # onnx_graph.build: Identity joins the parts; the guard's distance; SizeRelative's Add
-        *(("", op) for op in ("Identity", "Add", "Sub", "Mul", "Unsqueeze", "Sqrt")),
+        *(("", op) for op in ("Identity", "Add", "Sub", "Mul", "Sqrt", "MatMul", "Relu")),
         *(("", op) for op in ("ReduceSumSquare", "ReduceMin")),
+        *LEGACY_OPS,
         # sigmoid calibration (CalibratedClassifierCV): per-class sigmoid, then normalized
         *(("", op) for op in ("ArgMax", "Cast", "Concat", "Div", "Exp", "Not", "ReduceSum")),
         *(("", op) for op in ("Reshape", "Sum")),
