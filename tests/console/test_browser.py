@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from hpc_ds1.credentials import owner_name
-from hpc_ds1.model.schema import ALL_ACTIONS
+from hpc_ds1.space import ALL_ACTIONS
 
 from .conftest import WORKLOAD, Console, bearer, non_loopback_ipv4
 
@@ -205,6 +205,14 @@ def check_evaluation(page: Any, console: Console) -> None:
     else:
         assert reply.status_code == 200, reply.text
         assert page.locator("#evaluation table tbody tr").count() >= 3, text
+    # the yardstick the fixture ran on a recorded space: its plot and its table, per policy
+    yardstick = console.api("GET", "/v1/evaluation/yardstick")
+    assert yardstick.status_code == 200, yardstick.text
+    part = page.locator("#evaluation .yardstick")
+    assert part.locator("canvas").count() >= 1, text
+    rows = part.locator("table.evaluation-table tbody tr")  # not the plot's legend
+    assert rows.count() == 3, part.inner_text()
+    assert "hpcds1" in part.inner_text() and "5 runs" in part.inner_text()
 
 
 def check_snippets(page: Any, console: Console) -> None:
