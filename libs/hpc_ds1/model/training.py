@@ -369,6 +369,35 @@ def _with_transfer(
     return out
 
 
+def _choose_runtime(
+    Xr: Array,
+    yr: Array,
+    groups: Array,
+    rkeys: Sequence[StateKey],
+    seed: int,
+    selection: str,
+    candidates: Sequence[str] | None,
+    how: str,
+) -> tuple[str, float, dict[str, Any]]:
+    """The runtime model `selection` prefers on the CV folds `groups`, its RMSE, and the
+    metrics that say why (`how`: the folds, where they are not the sizes)."""
+    name, cv, rmse = est.choose_regressor(
+        Xr, yr, groups, [(w, s) for w, s, _ in rkeys], seed, selection, candidates
+    )
+    return (
+        name,
+        rmse,
+        {
+            "chosen": name,
+            "selection": selection,
+            "why": f"{how}{est.RUNTIME_SELECTIONS[selection][0]} (RMSE {rmse}, pairwise order "
+            f"{cv[name]['pairwise_order']}) among {len(cv)} candidates",
+            "candidates": cv,
+            "rmse_log10": rmse,
+        },
+    )
+
+
 def _fold_models(Xr: Array, yr: Array, rgroups: Array, factory: Any) -> dict[int, Any]:
     """The runtime model fitted without each size group."""
     out = {}
@@ -652,23 +681,9 @@ def train(
                 "table": est.calibration_table(conf, correct.astype(float)),
             },
         }
-        rt_name, rt_cv, rt_rmse = est.choose_regressor(
-            Xr,
-            yr,
-            rgroups,
-            [(w, s) for w, s, _ in rkeys],
-            seed,
-            runtime_selection,
-            runtime_candidates,
+        rt_name, rt_rmse, runtime_metrics = _choose_runtime(
+            Xr, yr, rgroups, rkeys, seed, runtime_selection, runtime_candidates, ""
         )
-        runtime_metrics = {
-            "chosen": rt_name,
-            "selection": runtime_selection,
-            "why": f"{est.RUNTIME_SELECTIONS[runtime_selection][0]} (RMSE {rt_rmse}, pairwise "
-            f"order {rt_cv[rt_name]['pairwise_order']}) among {len(rt_cv)} candidates",
-            "candidates": rt_cv,
-            "rmse_log10": rt_rmse,
-        }
         tele_keys = [k for k, t in zip(ckeys, tele, strict=True) if t]
         rt_factory = est.regressor_candidates(seed)[rt_name]
         fitted = _fold_models(Xr, yr, rgroups, rt_factory)
@@ -726,24 +741,10 @@ def train(
             # One size (a recorded GPU space, a setup of one size): the runtime model is still
             # chosen, on folds of configurations instead of sizes.
             folds = np.random.default_rng(seed).permutation(len(yr)) % CONFIG_FOLDS
-            rt_name, rt_cv, rt_rmse = est.choose_regressor(
-                Xr,
-                yr,
-                folds,
-                [(w, s) for w, s, _ in rkeys],
-                seed,
-                runtime_selection,
-                runtime_candidates,
-            )
-            runtime_metrics = {
-                "chosen": rt_name,
-                "selection": runtime_selection,
-                "why": f"one measured size: {CONFIG_FOLDS}-fold CV over its configurations, "
-                f"{est.RUNTIME_SELECTIONS[runtime_selection][0]} (RMSE {rt_rmse}) among "
-                f"{len(rt_cv)} candidates",
-                "candidates": rt_cv,
-                "rmse_log10": rt_rmse,
-            }
+            rt_name, rt_rmse, runtime_metrics = _choose_runtime(
+                Xr, yr, folds, rkeys, seed, runtime_selection, runtime_candidates,
+                f"one measured size: {CONFIG_FOLDS}-fold CV over its configurations, ",
+            )  # fmt: skip
         blend = Blend()
         decide_share = 0.0
         transfer_choice = choose_weights(transfer_table, {}, {}, bandwidth)
