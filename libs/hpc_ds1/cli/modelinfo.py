@@ -47,6 +47,7 @@ def describe(model: Any, path: Any, this_machine: Any) -> dict[str, Any]:
 _MEANS = {
     "not_slower": "not slower (beyond the noise)",
     "good": "good (at most 2 % slower)",
+    "unattended": "right to run unattended (faster beyond the noise; a STOP leaving <= 2 %)",
 }
 
 
@@ -68,6 +69,22 @@ def render(d: dict[str, Any]) -> str:
     for name, w in sorted(d["workloads"].items()):
         lo, hi = w["guard_range"]
         lines.append(f"  {name:<12} {', '.join(str(s) for s in w['sizes'])}  ({lo}-{hi})")
+    found = ((d.get("metrics") or {}).get("move_model") or {}).get("discrimination")
+    if found and found.get("decisions"):
+        at = (found.get("selective_risk") or {}).get("at_threshold") or {}
+        brier = found.get("brier") or {}
+        auroc = found.get("auroc")
+        taken = (
+            f"{at['coverage']:.0%} taken, {at['risk']:.1%} of them wrong"
+            if at.get("risk") is not None
+            else "none taken"
+        )
+        lines.append(
+            f"discrimination {found['decisions']} out-of-fold decisions: AUROC "
+            f"{'-' if auroc is None else f'{auroc:.3f}'} for ending < 5 % above the best, "
+            f"Brier {brier.get('brier', float('nan')):.4f} (resolution "
+            f"{brier.get('resolution', float('nan')):.4f}); at auto {taken}"
+        )
     if d["summary"]:
         lines.append("metrics")
         for m in d["summary"]:
