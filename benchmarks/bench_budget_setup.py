@@ -29,15 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_ds1.tuning.recorded import RecordedSpace
+from hpc_ds1.tuning.recorded_files import hub_kernel_for
 
 ROOT = Path(__file__).resolve().parents[1]
 HPC_DS1 = str(Path(sys.executable).with_name("hpc-ds1"))
-
-
-def kernel_for(path: Path) -> Path | None:
-    """The hub's T1 kernel file for `cachefiles/<name>/<GPU>.json(.gz)`, if it is there."""
-    candidate = path.parent.parent.parent / "kernels" / f"{path.parent.name}.json"
-    return candidate if candidate.is_file() else None
 
 
 def _cli(home: Path, seed: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -89,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     differences: list[float] = []
     for name in args.recorded:
         path = Path(name).resolve()
-        kernel = Path(args.kernel).resolve() if args.kernel else kernel_for(path)
+        kernel = Path(args.kernel).resolve() if args.kernel else hub_kernel_for(path)
         space = RecordedSpace.load(path, kernel=kernel)
         _, optimum = space.optimum()
         budget = max(2, round(args.fraction * space.count))

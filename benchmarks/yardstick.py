@@ -87,6 +87,7 @@ sys.path.insert(0, str(ROOT / "libs"))
 from hpc_ds1.tuning import search  # noqa: E402
 from hpc_ds1.tuning.knobs import KnobConfig  # noqa: E402
 from hpc_ds1.tuning.recorded import RecordedDevice, RecordedSpace  # noqa: E402
+from hpc_ds1.tuning.recorded_files import hub_kernel_for  # noqa: E402
 
 BUDGETS = (5, 10, 20, 50, 100)
 KT_STRATEGIES = (
@@ -196,7 +197,7 @@ def siblings_of(
         if gpu_of(Path(path)) in seen:
             continue
         try:
-            other = RecordedSpace.load(path, kernel=kernel or kernel_for(Path(path)))
+            other = RecordedSpace.load(path, kernel=kernel or hub_kernel_for(Path(path)))
         except (ValueError, KeyError):
             continue  # not a recorded space of this kernel
         if (
@@ -442,12 +443,6 @@ def setup_check(
 
 
 # --- driver --------------------------------------------------------------------------------
-
-
-def kernel_for(path: Path) -> Path | None:
-    """The hub's T1 kernel file for `cachefiles/<name>/<GPU>.json(.gz)`, if it is there."""
-    candidate = path.parent.parent.parent / "kernels" / f"{path.parent.name}.json"
-    return candidate if candidate.is_file() else None
 
 
 def evaluate(
@@ -738,7 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: dict[str, Any] = {"seeds": list(seeds), "budgets": budgets, "spaces": {}}
     begun = time.perf_counter()
     for path in spaces(args.space):
-        kernel = Path(args.kernel) if args.kernel else kernel_for(path)
+        kernel = Path(args.kernel) if args.kernel else hub_kernel_for(path)
         started = time.perf_counter()
         space = RecordedSpace.load(path, kernel=kernel)
         siblings = (

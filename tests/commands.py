@@ -38,3 +38,16 @@ async def hpc(settings: Settings, *args: str) -> subprocess.CompletedProcess[str
         text=True,
         timeout=120,
     )
+
+
+def run_hpc(
+    settings: Settings, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`hpc-ds1 ARGS` with the test's settings (and `env` on top), blocking."""
+    return subprocess.run(
+        [HPC_DS1, *args],
+        env={**cli_env(settings), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

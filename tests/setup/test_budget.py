@@ -11,7 +11,7 @@ import pytest
 
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup.budget import Budget, BudgetError
-from tests.commands import HPC_DS1, cli_env
+from tests.commands import run_hpc
 
 DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
 
@@ -47,13 +47,8 @@ def test_a_budgeted_setup_measures_its_share_resumes_and_trains(settings: Settin
     )
 
     def setup(*args: str) -> subprocess.CompletedProcess[str]:
-        env = {**cli_env(settings), "HPC_DS1_REPLAY_SEED": "3"}
-        return subprocess.run(
-            [HPC_DS1, "setup", "--workload", "conv-a6000", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        return run_hpc(
+            settings, "setup", "--workload", "conv-a6000", *args, env={"HPC_DS1_REPLAY_SEED": "3"}
         )
 
     first = setup("--budget", "12", "--no-train")

@@ -16,7 +16,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace, neighbours
 from hpc_ds1.tuning.recorded import RecordedSpace
 from hpc_ds1.workloads import WorkloadFileError, load_workload_file
-from tests.commands import HPC_DS1, cli_env
+from tests.commands import run_hpc
 
 DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
 CACHE = DATA / "convolution_milo_A6000_cut.json"
@@ -97,10 +97,7 @@ def test_a_recorded_gpu_is_set_up_decided_and_tuned(settings: Settings) -> None:
     _write(folder)
 
     def hpc(*args: str) -> subprocess.CompletedProcess[str]:
-        env = {**cli_env(settings), "HPC_DS1_REPLAY_SEED": "1"}
-        return subprocess.run(
-            [HPC_DS1, *args], env=env, capture_output=True, text=True, timeout=300
-        )
+        return run_hpc(settings, *args, env={"HPC_DS1_REPLAY_SEED": "1"})
 
     setup = hpc("setup", "--workload", "conv-a6000")
     assert setup.returncode == 0, setup.stdout + setup.stderr

@@ -228,3 +228,10 @@ def read_t4(path: Path, data: Mapping[str, Any], knobs: Sequence[Knob]) -> Parse
             else T4_INVALIDITY[invalidity]
         )
     return Parsed(tuple(knobs), (), _device(path, None), "time", records, "t4")
+
+
+def hub_kernel_for(path: Path) -> Path | None:
+    """The benchmark hub's T1 kernel file for its `cachefiles/<name>/<GPU>.json(.gz)`
+    (`kernels/<name>.json` beside `cachefiles/`), if it is there."""
+    candidate = path.parent.parent.parent / "kernels" / f"{path.parent.name}.json"
+    return candidate if candidate.is_file() else None
