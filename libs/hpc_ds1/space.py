@@ -294,11 +294,11 @@ class ConfigSpace:
         missing = [n for n in names if config.knob(n) is None]
         unknown = sorted({n for n, _ in config.knobs} - set(names))
         if missing or unknown:
+            pairs = ((missing, "missing"), (unknown, "unknown"))
+            wrong = [f"knobs {', '.join(found)} {what}" for found, what in pairs if found]
             return (
-                f"knobs {', '.join(missing)} missing" * bool(missing)
-                + "; " * bool(missing and unknown)
-                + f"knobs {', '.join(unknown)} unknown" * bool(unknown)
-                + f": this workload's configurations give each of its knobs {', '.join(names)}"
+                f"{'; '.join(wrong)}: this workload's configurations give each of its knobs "
+                f"{', '.join(names)}"
             )
         try:
             return self.knob_space.problem(_as_knobs(config, self.knob_space))
