@@ -40,6 +40,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
+import numpy as np
+import numpy.typing as npt
+
 Value = int | float | str | bool
 KnobConfig = tuple[Value, ...]  # one configuration: a value per knob, in the space's knob order
 KnobKind = Literal["int", "ordered", "category", "bool"]
@@ -598,7 +601,9 @@ class KnobSpace:
             else None
         )
         self._configs: tuple[KnobConfig, ...] | None = None
-        self._index: dict[int, dict[int, list[KnobConfig]]] | None = None
+        self._index: dict[int, dict[int, tuple[list[KnobConfig], npt.NDArray[np.int64]]]] | None = (
+            None
+        )
 
     def _trade(self, pair: tuple[str, str]) -> tuple[int, int]:
         field = f"trades.{'>'.join(map(str, pair))}"
@@ -810,31 +815,43 @@ class KnobSpace:
         that fits them. None when no value in the direction is valid at all."""
         by_value = self._by_value(i)
         for j in indices:
-            found = by_value.get(j, ())
-            if found:
-                return min(found, key=lambda c: self._distance(c, positions))
+            found = by_value.get(j)
+            if found is not None:
+                configs, at = found
+                # a scan of every valid configuration per locked move: vectorised, as a
+                # recorded GPU space has thousands (the same choice as min() over the list:
+                # fewest knobs changed, then fewest steps, then the first in order)
+                away = at != np.asarray(positions)
+                changed = away.sum(axis=1)
+                steps = np.abs(at - np.asarray(positions)).sum(axis=1)
+                return configs[int(np.argmin(changed * (steps.max() + 1) + steps))]
         return None
 
-    def _by_value(self, i: int) -> dict[int, list[KnobConfig]]:
-        """The valid configurations by the position of knob i's value (worked out once)."""
+    def _by_value(self, i: int) -> dict[int, tuple[list[KnobConfig], npt.NDArray[np.int64]]]:
+        """The valid configurations by the position of knob i's value, with every knob's
+        position in each (worked out once)."""
         if self._index is None:
             self._index = {}
         found = self._index.get(i)
         if found is None:
-            found = {}
+            grouped: dict[int, list[KnobConfig]] = {}
             for c in self.configs():
-                found.setdefault(self._keys[i][_key(c[i])], []).append(c)
+                grouped.setdefault(self._keys[i][_key(c[i])], []).append(c)
+            found = {
+                j: (
+                    configs,
+                    np.array(
+                        [
+                            [keys[_key(v)] for keys, v in zip(self._keys, c, strict=True)]
+                            for c in configs
+                        ],
+                        dtype=np.int64,
+                    ).reshape(len(configs), len(self.knobs)),
+                )
+                for j, configs in grouped.items()
+            }
             self._index[i] = found
         return found
-
-    def _distance(self, config: KnobConfig, positions: Sequence[int]) -> tuple[int, int]:
-        """(knobs changed, total steps) from the configuration at `positions`."""
-        changed = steps = 0
-        for keys, value, at in zip(self._keys, config, positions, strict=True):
-            here = keys[_key(value)]
-            if here != at:
-                changed, steps = changed + 1, steps + abs(here - at)
-        return changed, steps
 
     def _traded(self, config: KnobConfig, down: int, up: int, at: int) -> KnobConfig | None:
         """Knob `down` (at position `at`) to its nearest smaller value that splits
