@@ -205,6 +205,18 @@ def check_evaluation(page: Any, console: Console) -> None:
     else:
         assert reply.status_code == 200, reply.text
         assert page.locator("#evaluation table tbody tr").count() >= 3, text
+    # issue 43's reliability diagram and selective-risk curve: drawn when the latest evaluation
+    # has them (test_sections_live.py seeds one that has), else an empty state that says so
+    trust = page.locator("#evaluation .evaluation-trust")
+    found = reply.json() if reply.status_code == 200 else {}
+    calibration = (found.get("results") or {}).get("calibration") or {}
+    plots = trust.locator(":is(.evaluation-reliability-unattended, .evaluation-selective-risk)")
+    if reply.status_code == 404:
+        assert trust.count() == 0, text
+    elif (calibration.get("discrimination") or {}).get("decisions"):
+        assert plots.locator("canvas").count() == 2, trust.inner_text()
+    else:
+        assert plots.count() == 0 and "hpc-ds1 evaluate" in trust.inner_text(), text
     # the yardstick the fixture ran on a recorded space: its plot and its table, per policy
     yardstick = console.api("GET", "/v1/evaluation/yardstick")
     assert yardstick.status_code == 200, yardstick.text

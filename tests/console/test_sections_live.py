@@ -199,9 +199,44 @@ def history() -> list[Any]:
             profile="final",
             seed=0,
             landscape_runs=480,
-            results={"targets": TARGETS},
+            results={"targets": TARGETS, "calibration": calibration()},
         ),
     ]
+
+
+def calibration() -> dict[str, Any]:
+    """The calibration summary `hpc-ds1 evaluate` publishes, of 40 hand-made held-out
+    decisions: the confident ones right to run unattended and within 5 % of the best, the
+    others mostly not (what the Evaluation section's reliability diagram and selective-risk
+    curve draw)."""
+    from hpc_ds1.evaluation.decisions import Checked, calibration_summary
+    from hpc_ds1.model import Thresholds
+    from hpc_ds1.space import STOP, Config
+
+    here = Config(ranks=1, threads=1, tile=64)
+    checks = []
+    for i in range(40):
+        confidence = 0.3 + 0.0175 * i  # 0.30 .. 0.98
+        fine = confidence >= 0.85 or i % 3 == 0
+        mode = "auto" if confidence >= 0.85 else "confirm" if confidence >= 0.5 else "escalate"
+        checks.append(
+            Checked(
+                workload="gemm",
+                size=512,
+                config=here,
+                choice="ADD_RANK",
+                best_move=STOP,
+                confidence=confidence,
+                mode=mode,
+                reasons=(),
+                far=False,
+                slower=not fine,
+                good=fine,
+                unattended=fine,
+                worse_5=not fine,
+            )
+        )
+    return calibration_summary(checks, Thresholds(auto=0.85, escalate=0.5))
 
 
 # The rows as `evaluation.headline.truth_targets` writes them: a note where the figure has one.
@@ -296,6 +331,19 @@ async def test_the_fleet_sessions_and_decisions_sections_follow_the_log(
             table = await targets.inner_text()
             assert "Targets: 1 of 2 met" in table and "Note" in table, table
             assert "exhaustive search 87.55 in 40 runs on the same truth pass" in table, table
+            # Issue 43: the reliability diagram on "right unattended" and the selective-risk
+            # curve with the auto threshold's point, both drawn (uPlot's canvas).
+            trust = page.locator("#evaluation .evaluation-trust")
+            said = await trust.inner_text()
+            assert "could not be drawn" not in said and "no reliability diagram" not in said, said
+            for plot in ("evaluation-reliability-unattended", "evaluation-selective-risk"):
+                assert await trust.locator(f".{plot} canvas").count() == 1, (plot, said)
+            reliability = await trust.locator(".evaluation-reliability-unattended").inner_text()
+            assert "perfectly calibrated" in reliability and "decisions in the bin" in reliability
+            assert "0.97 stated, 1.00 observed (2)" in reliability, reliability
+            risk = await trust.locator(".evaluation-selective-risk").inner_text()
+            assert "auto threshold (confidence ≥ 0.85)" in risk, risk
+            assert "AUROC" in said and "end within 5 % of the best available" in said, said
 
             # Every control of these sections has an accessible name (chromium's tree).
             controls = page.locator(

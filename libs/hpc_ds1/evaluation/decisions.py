@@ -1,21 +1,34 @@
 """Every held-out state decided once: right or wrong against the landscape's own best move,
-and the reliability table and auto-move accuracy that follow."""
+and the reliability table and auto-move accuracy that follow; and (issue 43) whether the
+decision was right to run unattended and whether it ends >= 5 % above the best available, with
+the confidence's discrimination of both (model/discrimination.py)."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hpc_ds1.model import Model, Thresholds
-from hpc_ds1.model.calibration import move_good, move_not_slower, stop_good, stop_not_slower
+from hpc_ds1.model.calibration import (
+    WORSE,
+    move_good,
+    move_not_slower,
+    move_unattended,
+    stop_good,
+    stop_not_slower,
+    stop_unattended,
+    worse_than_best,
+)
+from hpc_ds1.model.discrimination import report as discrimination_report
 from hpc_ds1.model.labels import Outcome, label_outcomes
 from hpc_ds1.space import STOP, Config, apply_move, neighbours
 
 from .landscape import Cell, SpaceFor
 
 BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+MODES = ("auto", "confirm", "escalate")
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,13 @@ class Checked:
     # a move at most 2 % slower; STOP with no neighbour more than 2 % faster (what the
     # confidence of models calibrated on "good" states, model/calibration.py)
     good: bool = False
+    # right to run unattended (issue 43; model/calibration.py, target "unattended"): a move makes
+    # the job faster beyond the noise of the two measurements; STOP leaves at most 2 % on the
+    # table (no neighbour more than 2 % faster)
+    unattended: bool = False
+    # the decision ends >= 5 % above the best it could reach from this state (the current
+    # configuration or a neighbour that ran); a move to a configuration that failed always does
+    worse_5: bool = False
 
     @property
     def right(self) -> bool:
@@ -63,28 +83,40 @@ def cell_labels(cell: Cell, space_for: SpaceFor) -> dict[Config, str]:
 
 
 def check_cell(
-    model: Model, cell: Cell, space_for: SpaceFor, thresholds: Thresholds
+    model: Model,
+    cell: Cell,
+    space_for: SpaceFor,
+    thresholds: Thresholds,
+    only: Collection[Config] | None = None,
 ) -> list[Checked]:
+    """Every state of the cell that ran (`only`: those of them) decided once."""
     space = space_for(cell.workload)
     labels = cell_labels(cell, space_for)
     out = []
     for config, point in sorted(cell.points.items(), key=lambda cp: cp[0].label()):
+        if only is not None and config not in only:
+            continue
         d = model.decide(
             cell.state(config),
             space=space,
             thresholds=thresholds,
         )
+        found = [cell.points.get(c) for c in neighbours(config, space).values()]
+        around = [(p.runtime_s, p.spread) for p in found if p is not None]
+        around_s = [t for t, _ in around]
         if d.choice != STOP:
             target = apply_move(config, d.choice, space)
             there = cell.points.get(target) if target is not None else None
             there_s, there_spread = (there.runtime_s, there.spread) if there else (None, None)
             slower = not move_not_slower(point.runtime_s, point.spread, there_s, there_spread)
             good = move_good(point.runtime_s, there_s)
+            unattended = move_unattended(point.runtime_s, point.spread, there_s, there_spread)
+            worse_5 = worse_than_best(there_s, point.runtime_s, around_s)
         else:
-            found = [cell.points.get(c) for c in neighbours(config, space).values()]
-            around = [(p.runtime_s, p.spread) for p in found if p is not None]
             slower = not stop_not_slower(point.runtime_s, point.spread, around)
-            good = stop_good(point.runtime_s, [t for t, _ in around])
+            good = stop_good(point.runtime_s, around_s)
+            unattended = stop_unattended(point.runtime_s, around_s)
+            worse_5 = worse_than_best(point.runtime_s, point.runtime_s, around_s)
         out.append(
             Checked(
                 cell.workload,
@@ -98,6 +130,8 @@ def check_cell(
                 _far(d.distance, d.distance_threshold),
                 slower,
                 good,
+                unattended,
+                worse_5,
             )
         )
     return out
@@ -112,11 +146,24 @@ def _share(part: int, whole: int) -> float | None:
 
 
 def reliability(
-    checks: Sequence[Checked], *, not_slower: bool = False, good: bool = False
+    checks: Sequence[Checked],
+    *,
+    not_slower: bool = False,
+    good: bool = False,
+    unattended: bool = False,
 ) -> list[dict[str, Any]]:
     """Stated confidence against observed accuracy, per confidence bin; with `not_slower`,
     accuracy is the share of moves that are not slower (an equally good move is not wrong);
-    with `good`, the share of good decisions (Checked.good)."""
+    with `good`, the share of good decisions (Checked.good); with `unattended`, the share right
+    to run unattended (Checked.unattended)."""
+
+    def came_true(c: Checked) -> bool:
+        if unattended:
+            return c.unattended
+        if good:
+            return c.good
+        return (not c.slower) if not_slower else c.right
+
     rows = []
     for lo, hi in itertools.pairwise(BIN_EDGES):
         inside = [c for c in checks if lo <= c.confidence < hi or (hi == 1.0 and c.confidence == 1)]
@@ -127,14 +174,7 @@ def reliability(
                 "bin": f"{lo:.2f}–{hi:.2f}",  # noqa: RUF001
                 "decisions": len(inside),
                 "mean_confidence": round(sum(c.confidence for c in inside) / len(inside), 4),
-                "accuracy": round(
-                    sum(
-                        c.good if good else (not c.slower) if not_slower else c.right
-                        for c in inside
-                    )
-                    / len(inside),
-                    4,
-                ),
+                "accuracy": round(sum(came_true(c) for c in inside) / len(inside), 4),
             }
         )
     return rows
@@ -157,6 +197,9 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
     lenient = reliability(checks, not_slower=True)
     strict = reliability(checks, good=True)
     n = len(checks)
+    confidence = [c.confidence for c in checks]
+    unattended = reliability(checks, unattended=True)
+    modes = {m: sum(c.mode == m for c in checks) for m in MODES}
     return {
         "decisions": n,
         "accuracy": _share(sum(c.right for c in checks), n),
@@ -186,6 +229,36 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "calibration_target 'not_slower' states)",
         "right_means": "the chosen move is the landscape's best move (the fastest neighbour "
         "beyond the noise, else STOP)",
+        # issue 43: the label the confidence should now state, and whether it discriminates
+        "unattended": _share(sum(c.unattended for c in checks), n),
+        "ece_unattended": _ece(unattended),
+        "auto_unattended": _share(sum(c.unattended for c in auto), len(auto)),
+        "reliability_unattended": unattended,
+        "unattended_means": "right to run unattended: a move makes the job faster beyond the "
+        "noise of the two measurements; STOP leaves at most 2 % on the table (what the "
+        "confidence of models with calibration_target 'unattended' states)",
+        "worse_5": _share(sum(c.worse_5 for c in checks), n),
+        "worse_5_means": f"the decision ends at least {WORSE:.0%} above the best configuration "
+        "it could reach (the current one or a neighbour that ran); a move to one that failed "
+        "always does",
+        "modes": modes,
+        "mode_shares": {m: _share(k, n) for m, k in modes.items()},
+        # of the decisions run automatically (STOP included, as in auto_moves), the share that
+        # end within 5 % of the best available (issue 43's target: >= 99 %)
+        "auto_within_5": _share(sum(not c.worse_5 for c in auto), len(auto)),
+        "discrimination": {
+            "what": f"confidence against 'ends less than {WORSE:.0%} above the best available' "
+            "(AUROC; 0.5: no better than chance, 1: every such decision more confident than "
+            "every worse one), its Brier decomposition, and the error among the decisions taken "
+            "at each coverage, highest confidence first; at_threshold: confidence >= the auto "
+            "threshold (the guard aside)",
+            **discrimination_report(
+                confidence, [not c.worse_5 for c in checks], threshold=thresholds.auto
+            ),
+            "unattended": discrimination_report(
+                confidence, [c.unattended for c in checks], threshold=thresholds.auto
+            ),
+        },
     }
 
 

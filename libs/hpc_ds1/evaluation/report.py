@@ -122,7 +122,55 @@ def render(results: dict[str, Any]) -> str:
             ],
         )
     )
+    parts += _discrimination(c)
     return "\n".join(parts)
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"  # noqa: RUF001
+
+
+def _discrimination(c: dict[str, Any]) -> list[str]:
+    """Issue 43's figures (absent from evaluations before it): the modes, the automatic
+    decisions within 5 % of the best, the unattended label's calibration, and whether the
+    confidence discriminates."""
+    d = c.get("discrimination")
+    if not d:
+        return []
+    shares = c.get("mode_shares") or {}
+    unattended = d.get("unattended") or {}
+    brier = d.get("brier") or {}
+    risk = d.get("selective_risk") or {}
+    at = risk.get("at_threshold") or {}
+    lines = [
+        "\nConfidence as the right to run unattended (issue 43)",
+        "modes: "
+        + ", ".join(f"{m} {_pct(shares.get(m))}" for m in ("auto", "confirm", "escalate"))
+        + f"; automatic within 5 % of the best available {_pct(c.get('auto_within_5'))} "
+        "(target >= 99 %)",
+        f"right unattended: {_pct(c.get('unattended'))} of all, {_pct(c.get('auto_unattended'))} "
+        f"of the automatic; ECE on unattended {_num(c.get('ece_unattended'), 4)}",
+        f"discrimination: AUROC {_num(d.get('auroc'))} for ending < 5 % above the best "
+        f"({_pct(c.get('worse_5'))} end >= 5 % above), {_num(unattended.get('auroc'))} for "
+        f"right unattended; Brier {_num(brier.get('brier'), 4)} (resolution "
+        f"{_num(brier.get('resolution'), 4)})",
+        "selective risk (taken, most confident first: >= 5 % worse among them): "
+        + ", ".join(f"{_pct(p['coverage'])}: {_pct(p['risk'])}" for p in risk.get("curve", [])),
+    ]
+    if at:
+        lines.append(
+            f"at the auto threshold (confidence >= {at['threshold']:g}): {_pct(at['coverage'])} "
+            f"taken, {_pct(at.get('risk'))} of them >= 5 % worse"
+        )
+    rows = c.get("reliability_unattended") or []
+    if rows:
+        lines.append(
+            table(
+                ["confidence", "decisions", "mean confidence", "right unattended"],
+                [[r["bin"], r["decisions"], r["mean_confidence"], r["accuracy"]] for r in rows],
+            )
+        )
+    return lines
 
 
 def render_truth(t: dict[str, Any]) -> str:

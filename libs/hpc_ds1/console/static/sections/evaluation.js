@@ -1,7 +1,9 @@
 // How good it is, measured: the latest evaluation (GET /v1/evaluation) as the seed's three
 // tables (tuning sessions on held-out sizes, System 1, the familiarity guard on never-seen
 // kernels), each with a plot drawn here with uPlot (static/vendor/uplot.esm.js) from the same
-// numbers, plus the reliability of the stated confidence; the evaluation's own PNG plots
+// numbers, plus the reliability of the stated confidence and (issue 43) whether it can run moves
+// unattended: a reliability diagram on "right unattended" and a selective-risk curve (the share
+// >= 5 % worse among the decisions taken, most confident first); the evaluation's own PNG plots
 // (GET /v1/evaluation/plots/{name}) follow when this server has them, and the yardstick on
 // recorded GPU spaces (GET /v1/evaluation/yardstick: fraction of the optimum against the budget
 // of runs, per policy) when the home has one. Without an evaluation it
@@ -249,6 +251,151 @@ function guardPart(g, calibration) {
   return part;
 }
 
+/** Issue 43's reliability diagram: per confidence bin, the stated confidence (the bin's mean)
+ *  against the observed share right to run unattended, the diagonal of a perfect calibration,
+ *  and the bin's number of decisions (bars, right axis). */
+function unattendedReliabilityPlot(holder, width, rows) {
+  const pts = rows
+    .filter((r) => typeof r.mean_confidence === "number" && typeof r.accuracy === "number")
+    .sort((a, b) => a.mean_confidence - b.mean_confidence);
+  const xs = [0, ...pts.map((r) => r.mean_confidence), 1];
+  const observed = [null, ...pts.map((r) => r.accuracy), null];
+  const counts = [null, ...pts.map((r) => r.decisions), null];
+  return new uPlot(
+    {
+      width,
+      height: 280,
+      scales: {
+        x: { time: false, range: [0, 1] },
+        y: { range: [0, 1.02] },
+        n: { range: (_u, _min, max) => [0, Math.max(1, Math.ceil((max || 1) * 1.15))] },
+      },
+      axes: [
+        { label: "stated confidence" },
+        { label: "observed share right unattended", size: 56 },
+        { scale: "n", side: 1, label: "decisions in the bin", grid: { show: false }, size: 56 },
+      ],
+      series: [
+        {},
+        {
+          label: "decisions in the bin",
+          scale: "n",
+          fill: "rgba(140, 149, 159, 0.30)",
+          stroke: "#8c959f",
+          paths: uPlot.paths.bars({ size: [0.9, 24] }),
+          points: { show: false },
+        },
+        { label: "perfectly calibrated", stroke: "#8c959f", dash: [6, 4], points: { show: false }, spanGaps: true },
+        { label: "observed", stroke: "#0b5cad", width: 2, points: { show: true, size: 7 }, spanGaps: false },
+      ],
+      legend: { live: false },
+    },
+    [xs, counts, xs, observed],
+    holder
+  );
+}
+
+/** Issue 43's selective-risk curve: decisions taken most confident first; at each coverage
+ *  (the share taken) the share of them that end >= 5 % above the best available; the point
+ *  the auto threshold gives marked. */
+function selectiveRiskPlot(holder, width, risk) {
+  const curve = (risk.curve || []).filter((p) => typeof p.coverage === "number" && typeof p.risk === "number");
+  const at = risk.at_threshold && typeof risk.at_threshold.risk === "number" ? risk.at_threshold : null;
+  const xs = [...new Set([...curve.map((p) => p.coverage), ...(at ? [at.coverage] : [])])].sort((a, b) => a - b);
+  const onCurve = new Map(curve.map((p) => [p.coverage, p.risk]));
+  const top = Math.max(0.05, ...curve.map((p) => p.risk), at ? at.risk : 0);
+  return new uPlot(
+    {
+      width,
+      height: 280,
+      scales: { x: { time: false, range: [0, 1] }, y: { range: [0, Math.min(1, top * 1.15)] } },
+      axes: [
+        { label: "coverage (share of decisions taken)" },
+        { label: "share ≥ 5 % worse among them", size: 56, values: (_u, splits) => splits.map((v) => `${Math.round(v * 1000) / 10} %`) },
+      ],
+      series: [
+        {},
+        {
+          label: "most confident first",
+          stroke: "#0b5cad",
+          width: 2,
+          spanGaps: true,
+          points: { show: true, size: 6 },
+          value: (_u, v) => (v == null ? "—" : fmtPercent(v, 1)),
+        },
+        {
+          label: at ? `auto threshold (confidence ≥ ${at.threshold})` : "auto threshold",
+          stroke: "#cf222e",
+          width: 0,
+          paths: () => null,
+          points: { show: true, size: 11, fill: "#cf222e" },
+          value: (_u, v) => (v == null ? "—" : fmtPercent(v, 1)),
+        },
+      ],
+      legend: { live: false },
+    },
+    [xs, xs.map((x) => (onCurve.has(x) ? onCurve.get(x) : null)), xs.map((x) => (at && x === at.coverage ? at.risk : null))],
+    holder
+  );
+}
+
+/** Whether the confidence can be trusted to run moves unattended (issue 43): the modes, the
+ *  automatic decisions within 5 % of the best, AUROC and Brier, and the two plots; an empty
+ *  state when the evaluation predates these figures. */
+function trustPart(c) {
+  const part = el("div", { class: "evaluation-part evaluation-trust" });
+  part.append(el("h3", { id: "evaluation-trust-title" }, "Can the confidence run moves unattended?"));
+  const d = c && c.discrimination;
+  const rows = (c && c.reliability_unattended) || [];
+  if (!d || !d.decisions) {
+    part.append(
+      el(
+        "p",
+        { class: "muted evaluation-trust-empty" },
+        "This evaluation has no reliability diagram or selective-risk curve (it predates them, or decided nothing): run hpc-ds1 evaluate to measure them."
+      )
+    );
+    return part;
+  }
+  const shares = c.mode_shares || {};
+  const brier = d.brier || {};
+  const unattended = d.unattended || {};
+  const at = (d.selective_risk || {}).at_threshold;
+  part.append(
+    el(
+      "p",
+      { class: "muted" },
+      `Of ${c.decisions} held-out decisions: auto ${fmtPercent(shares.auto, 1)}, confirm ${fmtPercent(shares.confirm, 1)}, escalate ${fmtPercent(shares.escalate, 1)}. ` +
+        `Of those run automatically, ${fmtPercent(c.auto_within_5, 1)} end within 5 % of the best available (target ≥ 99 %). ` +
+        `AUROC ${n(d.auroc, 3)} for ending within 5 % of the best, ${n(unattended.auroc, 3)} for right unattended (0.5: no better than chance); ` +
+        `Brier ${n(brier.brier, 4)}, resolution ${n(brier.resolution, 4)}; calibration error on right unattended (ECE) ${c.ece_unattended ?? "—"}.`
+    )
+  );
+  if (rows.length) {
+    chart(
+      part,
+      `Reliability diagram: the observed share right to run unattended against the stated confidence, per bin (decisions in the bin): ${rows
+        .map((r) => `${n(r.mean_confidence, 2)} stated, ${n(r.accuracy, 2)} observed (${r.decisions})`)
+        .join("; ")}.`,
+      (holder, width) => unattendedReliabilityPlot(holder, width, rows)
+    ).classList.add("evaluation-reliability-unattended");
+  }
+  const curve = (d.selective_risk || {}).curve || [];
+  if (curve.length) {
+    chart(
+      part,
+      `Selective risk: decisions taken most confident first; at each share taken, the share of them that end ≥ 5 % above the best available: ${curve
+        .map((p) => `${fmtPercent(p.coverage, 0)} taken, ${fmtPercent(p.risk, 1)}`)
+        .join("; ")}` +
+        (at && typeof at.risk === "number"
+          ? `; at the auto threshold (confidence ≥ ${at.threshold}) ${fmtPercent(at.coverage, 1)} taken, ${fmtPercent(at.risk, 1)} of them worse.`
+          : "; nothing reaches the auto threshold."),
+      (holder, width) => selectiveRiskPlot(holder, width, d.selective_risk)
+    ).classList.add("evaluation-selective-risk");
+  }
+  return part;
+}
+
 function targetsPart(targets) {
   if (!Array.isArray(targets) || !targets.length) return null;
   const met = targets.filter((t) => t.met === true).length;
@@ -404,6 +551,7 @@ export function render(ev, currentModel) {
   if (r.sessions) wrap.append(sessionsPart(r.sessions));
   if (r.system1) wrap.append(system1Part(r.system1));
   if (r.guard) wrap.append(guardPart(r.guard, r.calibration));
+  wrap.append(trustPart(r.calibration));
   const targets = targetsPart(r.targets);
   if (targets) wrap.append(targets);
   const png = pngPart(ev.plots);
