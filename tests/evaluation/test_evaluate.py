@@ -3,6 +3,7 @@ from the held-out landscape, and the honesty rules."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +38,18 @@ def test_every_policy_replays_every_start_on_the_measured_landscape(
         assert 0 < row["pct_p10"] <= row["pct_median"] <= 100.0
     budget = r["sessions"]["budget"]
     assert table["random"]["runs_max"] == budget and table["optuna_tpe"]["runs_max"] <= budget
+    model_runs = [o.runs for o in evaluation.sessions if o.policy == "model"]
+    assert budget == max(2, math.ceil(sum(model_runs) / len(model_runs)))  # the model's mean
+    assert table["optuna_tpe_warm"]["runs_max"] <= budget
+    # the baselines with the model's information: none runs more than two, the lookup none
+    assert table["lookup"]["runs_max"] == 0 and table["always_stop"]["runs_max"] == 1
+    assert table["start_then_lookup"]["runs_max"] <= 2
     by_key = {(c.workload, c.size): c for c in cells}
     for o in evaluation.sessions:
         cell = by_key[(o.workload, o.size)]
-        assert o.runs >= 1 and o.final in cell.points  # a measured configuration
+        assert o.runs >= (o.policy != "lookup") and o.final in cell.points  # a measured one
+        if o.policy == "always_stop":
+            assert o.final == o.start
         assert o.pct_of_best == pytest.approx(
             100 * cell.best_runtime_s / cell.points[o.final].runtime_s
         )
@@ -81,9 +90,18 @@ def test_system1_guard_and_calibration_tables(evaluation: Evaluation) -> None:
     # not slower is a weaker claim than right: never a lower share
     assert cal["not_slower"] >= cal["accuracy"] and 0.0 <= cal["ece_not_slower"] <= 1.0
     assert cal["auto_moves"] == sum(c.mode == "auto" for c in evaluation.checks)
+    # issue 43: the unattended label's table, the modes and the confidence's discrimination
+    assert sum(b["decisions"] for b in cal["reliability_unattended"]) == cal["decisions"]
+    assert sum(cal["modes"].values()) == cal["decisions"]
+    assert cal["discrimination"]["decisions"] == cal["decisions"]
+    assert cal["discrimination"]["selective_risk"]["curve"][-1]["coverage"] == 1.0
+    assert cal["worse_5"] == round(
+        sum(c.worse_5 for c in evaluation.checks) / len(evaluation.checks), 4
+    )
     assert {t["target"] for t in r["targets"]} and all("met" in t for t in r["targets"])
     text = render(r)
     assert "Tuning sessions on held-out sizes" in text and "optuna_tpe" in text
+    assert "discrimination: AUROC" in text and "selective risk" in text
 
 
 def test_the_plot_is_a_png(evaluation: Evaluation, tmp_path: Path) -> None:

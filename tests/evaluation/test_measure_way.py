@@ -1,6 +1,7 @@
-"""How setup and evaluate measure (interleaved rounds in a seeded random order), and the final
-held-out set that no development profile touches. No real runs: a recording runner stands in
-for run_many in the interleaving tests (the real one is exercised by tests/setup and e2e)."""
+"""How setup and evaluate measure (interleaved rounds in a seeded random order), and the reused
+set (the "final" set before issue 43) that the development profiles leave out. No real runs: a
+recording runner stands in for run_many in the interleaving tests (the real one is exercised
+by tests/setup and e2e)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 
 from hpc_ds1.evaluation import EVAL_PROFILES
-from hpc_ds1.evaluation.plan import FINAL_INDICES, final_sizes
+from hpc_ds1.evaluation.plan import REUSED_INDICES, reused_sizes
 from hpc_ds1.runner import Job, RunResult
 from hpc_ds1.runner.result import Status
 from hpc_ds1.setup import PROFILES
@@ -123,19 +124,18 @@ def test_setup_and_evaluate_take_the_same_repeats() -> None:
     assert all(p.truth_repeats >= 5 for p in EVAL_PROFILES.values())
 
 
-def test_the_final_held_out_set_is_apart_from_every_development_profile() -> None:
+def test_the_reused_set_is_apart_from_every_development_profile() -> None:
     for name in list_workloads():
         wl = get_workload(name)
         if not wl.held_out:
             continue
-        final = set(final_sizes(wl))
-        assert len(final) == len(FINAL_INDICES)
-        assert set(EVAL_PROFILES["final"].sizes(wl)) == final
+        reused = set(reused_sizes(wl))
+        assert len(reused) == len(REUSED_INDICES)
         for profile in ("full", "quick"):
-            assert not final & set(EVAL_PROFILES[profile].sizes(wl))
-        assert set(EVAL_PROFILES["full"].sizes(wl)) | final == set(wl.held_out)
-        quick = PROFILES["quick"].sizes(wl)  # the final set lies inside the quick range
-        assert all(min(quick) < s < max(quick) for s in final)
+            assert not reused & set(EVAL_PROFILES[profile].sizes(wl))
+        assert set(EVAL_PROFILES["full"].sizes(wl)) | reused == set(wl.held_out)
+        quick = PROFILES["quick"].sizes(wl)  # the reused set lies inside the quick range
+        assert all(min(quick) < s < max(quick) for s in reused)
 
 
 def test_a_stop_set_during_a_launch_starts_no_other_launch() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -11,11 +13,13 @@ from hpc_ds1.evaluation.landscape import nearest_size, noise_summary
 from hpc_ds1.evaluation.policies import (
     exhaustive_session,
     greedy_session,
+    landscape_engineer,
+    model_session,
     random_session,
     tpe_session,
 )
-from hpc_ds1.model import Measurement
-from hpc_ds1.space import Config, ConfigSpace, neighbours
+from hpc_ds1.model import Measurement, Thresholds
+from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
 
 SPACE = ConfigSpace.for_cpus(2, (32, 64, 128))
 BEST = Config(ranks=2, threads=2, tile=64)
@@ -116,3 +120,43 @@ def test_noise_ties_bound_what_any_policy_can_show() -> None:
     summary = noise_summary([bowl(), flat])
     assert summary["tied_with_best_median"] == (1 + len(SPACE.configs())) / 2
     assert summary["spread_median"] == pytest.approx(0.03)  # half at 1 %, half at 5 %
+
+
+class Asking:
+    """A decider whose every proposal waits for an engineer: the same moves, in one order."""
+
+    device_id = "d"
+
+    def __init__(self, order: tuple[str, ...]) -> None:
+        self.order = order
+
+    def decide(self, state: Any, *, space: ConfigSpace, thresholds: Thresholds) -> Any:
+        moves = {STOP, *neighbours(state.config, space)}
+        feasible = {m: 0.5 - i / 10 for i, m in enumerate(self.order) if m in moves}
+        choice = max(feasible, key=lambda m: feasible[m])
+        return SimpleNamespace(choice=choice, alternatives=feasible, mode="confirm")
+
+
+def test_the_landscape_engineer_approves_what_gains_and_a_stop_at_the_bottom() -> None:
+    engineer = landscape_engineer(bowl(), SPACE)
+    toward = Config(ranks=1, threads=1, tile=64)
+    assert engineer(START, "TILE_UP", toward)
+    assert not engineer(toward, "TILE_DOWN", START)  # 30 % slower
+    assert not engineer(START, STOP, None)  # a neighbour is 30 % faster
+    assert engineer(BEST, STOP, None)
+    failed = bowl(failed=(toward,))
+    assert not landscape_engineer(failed, SPACE)(START, "TILE_UP", toward)
+
+
+def test_an_engineer_who_rejects_a_move_ends_the_session_and_a_stop_goes_on() -> None:
+    # from START the decider first proposes STOP (rejected: a neighbour is faster), then a move
+    # away from the bottom (rejected: the session ends where it is)
+    start = Config(ranks=1, threads=1, tile=64)  # one rank and one thread short of the bottom
+    decider = Asking((STOP, "TILE_DOWN", "RANKS_UP"))
+    engineer = landscape_engineer(bowl(), SPACE)
+    out = model_session(decider, bowl(), start, SPACE, Thresholds(), engineer=engineer)
+    assert out.finish == "rejected" and out.final == start and out.runs == 1
+    assert out.engineer_moves == 2 and out.engineer_rejected == 2
+    approving = model_session(decider, bowl(), start, SPACE, Thresholds())
+    assert approving.finish == "stop" and approving.engineer_rejected == 0
+    assert approving.engineer_moves == 1  # the STOP waited, and was approved

@@ -1,15 +1,19 @@
 """Which held-out runs an evaluation makes: every configuration at each held-out size.
 
-A workload's held-out sizes (`Workload.held_out`, seven between its training sizes) are split
-in two sets by index:
+A workload's held-out sizes (`Workload.held_out`, seven between its training sizes) are all
+development sizes now:
 
-- the development set, indices 0, 2, 4 (`--quick`: 0, 2): what every development step may look
-  at, as often as it likes;
-- the final set, indices 1, 3, 5 and 6 (FINAL_INDICES), inside the quick setup's measured range
-  too: only `hpc-ds1 evaluate --final` measures or scores it, for the headline figures. No
-  choice of a feature, a rule, a threshold or a model is made on it; `--sizes` refuses its
-  sizes without `--final`. Indices 5 and 6 joined it on 5 Dec 2026, sizes nothing had measured:
-  over 8 cells the bootstrap intervals against random and TPE could not exclude 0."""
+- the development profiles, indices 0, 2, 4 (`--quick`: 0, 2): what every development step may
+  look at, as often as it likes;
+- the reused set, indices 1, 3, 5 and 6 (REUSED_INDICES): until issue 43 the "final" set that
+  only `evaluate --final` measured. It was measured and replayed about 17 times, with work aimed
+  at what it missed after each, so it is held out no more: `--sizes` may name its sizes like any
+  other (docs/evaluation.md says which figures came from it). Indices 5 and 6 joined it on 5 Dec
+  2026.
+
+The headline figures come from a frozen test set instead (evaluation/frozen.py): drawn and
+written down by `evaluate --freeze` before anything of it is measured, measured once by
+`evaluate --final` (`frozen_profile`, the set's sizes passed as `sizes`)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ from hpc_ds1.setup.plan import PlannedJob
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.workloads import Workload
 
-FINAL_INDICES = (1, 3, 5, 6)
+REUSED_INDICES = (1, 3, 5, 6)
+FINAL_INDICES = REUSED_INDICES  # its name before issue 43 (benchmarks/ still exclude it)
 TRUTH_REPEATS = 5
 
 
@@ -34,26 +39,32 @@ class EvalProfile:
     def sizes(self, workload: Workload) -> tuple[int, ...]:
         sizes = workload.held_out
         indices = (
-            tuple(i for i in range(len(sizes)) if i not in FINAL_INDICES)
+            tuple(i for i in range(len(sizes)) if i not in REUSED_INDICES)
             if self.held_out_indices is None
             else self.held_out_indices
         )
         return tuple(sorted({sizes[i] for i in indices if i < len(sizes)}))
 
 
-def final_sizes(workload: Workload) -> tuple[int, ...]:
-    """The final held-out set of `workload`: for the headline figures only."""
-    return tuple(workload.held_out[i] for i in FINAL_INDICES if i < len(workload.held_out))
+def reused_sizes(workload: Workload) -> tuple[int, ...]:
+    """The reused set of `workload`: the "final" held-out sizes before issue 43."""
+    return tuple(workload.held_out[i] for i in REUSED_INDICES if i < len(workload.held_out))
+
+
+final_sizes = reused_sizes  # its name before issue 43
+
+
+def frozen_profile(repeats: int, truth_repeats: int) -> EvalProfile:
+    """`evaluate --final`: a frozen set's repeats; its sizes come from the set (`sizes`)."""
+    return EvalProfile("final", (), repeats=repeats, truth_repeats=truth_repeats)
 
 
 EVAL_PROFILES = {
-    # The development set (every held-out size but the final set's). Two timed repeats in
+    # The development set (every held-out size but the reused set's). Two timed repeats in
     # interleaved rounds, as setup measures: what a session observes.
     "full": EvalProfile("full", None, repeats=2),
     # Two held-out sizes inside the quick setup's measured range (its sizes 0, 2 and 4).
     "quick": EvalProfile("quick", (0, 2), repeats=2),
-    # The final set, the same for both setups (indices 1 and 3 lie inside the quick range).
-    "final": EvalProfile("final", FINAL_INDICES, repeats=2),
 }
 
 

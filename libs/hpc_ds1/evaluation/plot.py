@@ -14,12 +14,17 @@ COLOURS = {
     "model": "#1f77b4",
     "model_recommend": "#1a9850",
     "model_transfer": "#17becf",
+    "model_engineer": "#6baed6",
     "model_live": "#08306b",
     "model_recommend_live": "#00441b",
     "greedy": "#ff7f0e",
     "random": "#2ca02c",
     "optuna_tpe": "#9467bd",
     "exhaustive": "#7f7f7f",
+    "always_stop": "#bdbdbd",
+    "lookup": "#8c564b",
+    "start_then_lookup": "#e377c2",
+    "optuna_tpe_warm": "#5e3c99",
 }
 
 

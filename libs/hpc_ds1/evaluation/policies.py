@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from hpc_ds1.events import SessionMoveDecided, SessionMoveResolved, SessionStarted, SessionStepRun
@@ -23,6 +23,7 @@ from hpc_ds1.tuning.session import (
     PICK_MIN_GAIN,
     SessionState,
     choose_move,
+    config_key,
     evolve,
     pick_to_offer,
     resolve,
@@ -34,13 +35,19 @@ POLICIES = (
     "model",
     "model_recommend",
     "model_transfer",
+    "model_engineer",  # the model's sessions with the landscape's engineer answering
     "greedy",
     "random",
     "optuna_tpe",
     "exhaustive",
+    # the baselines given the model's information (evaluation/baselines.py, issue 43)
+    "always_stop",
+    "lookup",
+    "start_then_lookup",
+    "optuna_tpe_warm",
 )
 LIVE_POLICIES = ("model_live", "model_recommend_live")  # run for real, not replayed (live.py)
-ALL_POLICIES = POLICIES[:3] + LIVE_POLICIES + POLICIES[3:]
+ALL_POLICIES = POLICIES[:4] + LIVE_POLICIES + POLICIES[4:]
 REPLAY_ID = "replay"
 
 
@@ -55,6 +62,7 @@ class SessionOutcome:
     pct_of_best: float
     finish: str = ""
     engineer_moves: int = 0  # proposals that would have waited for an engineer
+    engineer_rejected: int = 0  # of those, the ones the replayed engineer turned down
     ran: tuple[Config, ...] = ()  # every configuration it ran, in order (its tuning cost)
     cost_s: float | None = None  # measured seconds of its runs, where it ran for real
 
@@ -69,6 +77,7 @@ class SessionOutcome:
             "pct_of_best": round(self.pct_of_best, 3),
             "finish": self.finish,
             "engineer_moves": self.engineer_moves,
+            "engineer_rejected": self.engineer_rejected,
             "ran": [c.label() for c in self.ran],
             **({} if self.cost_s is None else {"cost_s": round(self.cost_s, 3)}),
         }
@@ -143,6 +152,29 @@ def rerun(
     return point.runtime_s * math.exp(sigma * z), point.spread
 
 
+# An engineer's answer to a proposal that waits for one: (the best so far, the move, its
+# target; None for STOP) -> approved
+Engineer = Callable[[Config, str, Config | None], bool]
+
+
+def landscape_engineer(cell: Cell, space: ConfigSpace, tolerance: float = 0.02) -> Engineer:
+    """An engineer who knows the landscape (the replay's stand-in for the one asked): a move
+    is approved when its target is faster than the best so far, a STOP when no neighbour is
+    more than `tolerance` faster; a failing target is turned down."""
+
+    def answer(best: Config, move: str, target: Config | None) -> bool:
+        here = cell.points.get(best)
+        if here is None:
+            return True
+        if move == STOP:
+            around = (cell.points.get(c) for c in neighbours(best, space).values())
+            return all(p is None or p.runtime_s >= here.runtime_s * (1 - tolerance) for p in around)
+        there = cell.points.get(target) if target is not None else None
+        return there is not None and there.runtime_s < here.runtime_s
+
+    return answer
+
+
 class Decider(Protocol):
     """What a session asks for its next move: a Model, or out-of-fold predictions in training."""
 
@@ -166,6 +198,7 @@ def model_session(
     pick_after_misses: bool = True,
     pick_gain: float | None = PICK_MIN_GAIN,
     measure: Measure | None = None,
+    engineer: Engineer | None = None,
 ) -> SessionOutcome:
     """One change at a time from `start`, as the coordinator runs a session, with the
     coordinator's keep rule; a race's re-runs come from `rerun` (seeded). `system1`: the
@@ -175,7 +208,9 @@ def model_session(
     (None: ungated), as the coordinator does (domain.pick_to_offer); None: no PICK, the
     coordinator's session before docs/evaluation.md section 16. `measure`: where the runs come
     from (None: the replay, `replay_measure`); a session that measures for real asks the model
-    from its own best runtime, as the coordinator does."""
+    from its own best runtime, as the coordinator does. `engineer`: who answers a proposal
+    that waits for one (None: every proposal approved); as the coordinator does, a rejected
+    move ends the session there, and a rejected STOP goes on with the next move."""
     started = SessionStarted(
         session_id=REPLAY_ID,
         device_id=model.device_id,
@@ -193,7 +228,7 @@ def model_session(
     seen = {start: first}
     ran = [start]
     reruns: dict[Config, int] = {}
-    engineer, finish = 0, "max_runs"
+    asked, rejected, finish = 0, 0, "max_runs"
     # a bound only: choose_move never repeats a move, and a move races at most max_pairs pairs
     limit = (2 + 2 * rule.max_pairs) * len(space.configs())
     while s.runs < limit:
@@ -231,11 +266,22 @@ def model_session(
             mode = "escalate" if decision.mode == "escalate" else system1["mode"]
         elif not own and decision.mode != "escalate":
             mode = thresholds.mode(confidence, [])[0]
-        engineer += mode != "auto"
+        asked += mode != "auto"
+        if move != PICK and move != STOP:
+            target = apply_move(best, move, space)
+        if mode != "auto" and engineer is not None and not engineer(best, move, target):
+            rejected += 1
+            if move != STOP:
+                finish = "rejected"
+                break
+            # the engineer wants to go on: STOP stays tried from here (tuning/session.py)
+            s = replace(s, tried=s.tried | {(config_key(best.model_dump()), STOP)})
+            continue
         if move == STOP:
             finish = "stop"
             break
         step = s.runs
+        assert s.best_config is not None
         s = evolve(
             s,
             s.version + 1,
@@ -250,8 +296,6 @@ def model_session(
                 target=target.model_dump() if move == PICK and target is not None else None,
             ),
         )
-        if move != PICK:
-            target = apply_move(best, move, space)
         assert target is not None  # alternatives hold only the feasible moves
         tried = measure(target, 0)
         if tried is not None:
@@ -287,7 +331,15 @@ def model_session(
             break
     final = Config.model_validate(s.best_config)
     return _outcome(
-        policy, cell, start, final, s.runs, finish=finish, engineer_moves=engineer, ran=tuple(ran)
+        policy,
+        cell,
+        start,
+        final,
+        s.runs,
+        finish=finish,
+        engineer_moves=asked,
+        engineer_rejected=rejected,
+        ran=tuple(ran),
     )
 
 

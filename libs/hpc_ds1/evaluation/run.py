@@ -6,7 +6,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,10 +15,12 @@ from hpc_ds1.model.transfer import Table, predict, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.space import Config
 
+from . import baselines as bl
 from . import decisions as dc
 from . import policies as pol
 from .headline import (
     SYSTEM1_BASELINES,
+    VERSUS,
     figure_interval,
     system1_truth,
     system1_versus,
@@ -26,7 +28,7 @@ from .headline import (
     truth_targets,
     versus,
 )
-from .landscape import Cell, EvaluationError, build_cells, noise_summary, percentile
+from .landscape import Cell, EvaluationError, build_cells, nearest_size, noise_summary, percentile
 from .live import LiveRun, RunFn, live_sessions, live_summary
 from .system1 import system1
 from .truth import (
@@ -92,12 +94,16 @@ def _session_table(outcomes: Sequence[pol.SessionOutcome]) -> list[dict[str, Any
             "pct_median": round(statistics.median(pcts), 2),
             "pct_p10": round(percentile(pcts, 0.10), 2),
             "share_at_least_98": round(sum(p >= 98.0 for p in pcts) / len(pcts), 4),
+            "runs_mean": round(statistics.fmean(runs), 2),
             "runs_median": statistics.median(runs),
             "runs_max": max(runs),
         }
-        if policy == "model":
+        if policy in ("model", "model_engineer"):
             row["engineer_moves_per_session"] = round(
                 statistics.mean(o.engineer_moves for o in mine), 3
+            )
+            row["engineer_rejected_per_session"] = round(
+                statistics.mean(o.engineer_rejected for o in mine), 3
             )
         rows.append(row)
     return rows
@@ -141,8 +147,23 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             0,
         ),
     ]
+    discrimination = cal.get("discrimination") or {}
+    trust = [  # issue 43: a confidence that tells the moves an engineer must see
+        (
+            "confidence: AUROC for ending within 5 % of the best available",
+            discrimination.get("auroc"),
+            ">=",
+            0.75,
+        ),
+        (
+            "auto decisions ending within 5 % of the best available",
+            cal.get("auto_within_5"),
+            ">=",
+            0.99,
+        ),
+    ]
     if "truth" in results:  # issue 13's targets, on the truth pass
-        return truth_targets(results) + [target_row(*row) for row in guard]
+        return truth_targets(results) + [target_row(*row) for row in (*guard, *trust)]
     out = [
         ("model sessions: median % of best", m.get("pct_median"), ">=", 98.0),
         ("model sessions: 10th percentile % of best", m.get("pct_p10"), ">=", 93.0),
@@ -162,6 +183,7 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("System 1: median % of best with 0 runs", s1.get("model", {}).get("median"), ">=", 95.0),
         *guard,
         ("auto moves right", cal["auto_right"], ">=", 0.95),
+        *trust,
     ]
     return [target_row(*row) for row in out]
 
@@ -193,7 +215,9 @@ def evaluate(
     cells, skipped, held = _cells(model, measurements, training)
     space_for = model.space_for
     transfer = relative_table(aggregate(training))
-    outcomes = _replay_sessions(model, cells, thresholds, seed, progress, transfer=transfer)
+    outcomes = _replay_sessions(
+        model, cells, thresholds, seed, progress, transfer=transfer, training=training
+    )
     outcomes += live
     from hpc_ds1.workloads import get_workload
 
@@ -223,7 +247,9 @@ def evaluate(
             "starts": "every configuration of the space that ran successfully",
             "sessions_per_policy": len(model_sessions),
             "budget": _budget(model_sessions),
-            "replayed_engineer": "approves every proposal, STOP included",
+            "replayed_engineer": "approves every proposal, STOP included (model_engineer: "
+            "the landscape answers: a move approved when its target is faster, a STOP when no "
+            "neighbour is more than 2 % faster; a rejected move ends the session)",
             "table": _session_table(outcomes),
         },
         "system1": system1(
@@ -247,7 +273,9 @@ def evaluate(
         }
         results["truth"]["model_interval"] = figure_interval(scores, "model", seed=seed)
         results["truth"]["versus"] = {
-            other: versus(scores, "model", other, seed=seed) for other in ("random", "optuna_tpe")
+            other: versus(scores, "model", other, seed=seed)
+            for other in VERSUS
+            if any(o.policy == other for o in outcomes)
         }
         if live:
             results["live"] = live_summary(scores, seed=seed)
@@ -291,7 +319,9 @@ def truth_plan(
     cells, _, _ = _cells(model, measurements, training)
     thresholds = thresholds or model.thresholds
     transfer = relative_table(aggregate(training))
-    outcomes = _replay_sessions(model, cells, thresholds, seed, progress, transfer=transfer)
+    outcomes = _replay_sessions(
+        model, cells, thresholds, seed, progress, transfer=transfer, training=training
+    )
     outcomes += live
     plan = truth_configs(cells, outcomes, near=near, everything=everything)
     # System 1's picks too, so that they are scored on the truth pass as the sessions are.
@@ -334,7 +364,9 @@ def run_live(
 
 
 def _budget(model_runs: Sequence[int]) -> int:
-    return max(2, math.ceil(statistics.median(model_runs))) if model_runs else 2
+    """The model's mean real runs per session, re-runs included, rounded up (issue 43: the
+    median understated what the model spends; every policy gets its mean)."""
+    return max(2, math.ceil(statistics.fmean(model_runs))) if model_runs else 2
 
 
 def _replay_sessions(
@@ -345,17 +377,29 @@ def _replay_sessions(
     progress: Progress,
     rule: KeepRule = DEFAULT_RULE,
     transfer: Table | None = None,
+    training: Sequence[Measurement] = (),
 ) -> list[pol.SessionOutcome]:
     """Every policy from every start of every cell; "model_recommend" is the model's session
     from its own recommendation (where `hpc-ds1 tune` starts without --start) and
     "model_transfer" from the interpolated-transfer configuration: the same for every start,
-    one per start, so each cell weighs the same in every policy's figures."""
+    one per start, so each cell weighs the same in every policy's figures. With `training`
+    (the setup's measurements), the baselines given the model's information too: always-STOP,
+    the nearest trained size's best (lookup), start-then-lookup and TPE warm-started with
+    that size's measurements (evaluation/baselines.py)."""
     starts = {id(c): sorted(c.points, key=Config.label) for c in cells}
     total = 2 * sum(len(s) for s in starts.values())
     done = 0
     outcomes: list[pol.SessionOutcome] = []
+    setup = aggregate(training)
+    trained: dict[str, list[int]] = {}
+    for w, size, _ in setup:
+        trained.setdefault(w, []).append(size)
+    priors = {id(c): _nearest_prior(c, setup, trained) for c in cells}
     for cell in cells:
         space = model.space_for(cell.workload)
+        prior = priors[id(cell)]
+        looked_up = bl.setup_best(prior) if prior else None
+        engineer = pol.landscape_engineer(cell, space)
         answer = pol.system1_answer(model, cell, space, thresholds)  # a session's PICK
         moved = _transfer_session(
             model, cell, space, thresholds, rule, seed, transfer, system1=answer
@@ -367,9 +411,28 @@ def _replay_sessions(
                     model, cell, start, space, thresholds, rule=rule, seed=seed, system1=answer
                 )
             )
+            outcomes.append(
+                pol.model_session(
+                    model,
+                    cell,
+                    start,
+                    space,
+                    thresholds,
+                    rule=rule,
+                    seed=seed,
+                    system1=answer,
+                    engineer=engineer,
+                    policy="model_engineer",
+                )
+            )
             outcomes += [o for o in (recommended, moved) if o is not None]
             outcomes.append(pol.greedy_session(cell, start, space))
             outcomes.append(pol.exhaustive_session(cell, start, space))
+            outcomes.append(bl.always_stop_session(cell, start))
+            if prior:
+                replayed = pol.replay_measure(cell, seed, rule.sigma_floor)
+                outcomes.append(bl.lookup_session(cell, start, looked_up))
+                outcomes.append(bl.start_then_lookup_session(cell, start, looked_up, replayed))
             done += 1
             progress("replaying model, greedy, exhaustive", done, total)
     budget = _budget([o.runs for o in outcomes if o.policy == "model"])
@@ -380,10 +443,35 @@ def _replay_sessions(
         for start in starts[id(cell)]:
             outcomes.append(pol.random_session(cell, start, space, budget, rng))
             outcomes.append(pol.tpe_session(cell, start, space, budget, seed + index))
+            prior = priors[id(cell)]
+            if prior:
+                outcomes.append(
+                    bl.knob_tpe_session(
+                        cell,
+                        start,
+                        space,
+                        budget,
+                        seed + index,
+                        prior=bl.scaled_to(prior, cell, start),
+                        policy="optuna_tpe_warm",
+                    )
+                )
             index += 1
             done += 1
             progress(f"replaying random, Optuna TPE (budget {budget})", done, total)
     return outcomes
+
+
+def _nearest_prior(
+    cell: Cell, setup: Mapping[tuple[str, int, Config], Any], trained: Mapping[str, list[int]]
+) -> dict[Config, float | None]:
+    """The setup's measurements at the trained size nearest the cell's (seconds, None for a
+    failure): what the model knew of this job before the session."""
+    sizes = trained.get(cell.workload)
+    if not sizes:
+        return {}
+    size = nearest_size(cell.size, sorted(set(sizes)))
+    return bl.as_prior({c: o for (w, s, c), o in setup.items() if w == cell.workload and s == size})
 
 
 def _recommend_session(
