@@ -359,7 +359,7 @@ def truth_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
     rows += live_targets(results.get("live"), exhaustive)
     for other in VERSUS:
-        if other not in by:
+        if other not in by and other not in truth.get("versus", {}):
             continue  # an evaluation from before the equal-information baselines
         against = truth.get("versus", {}).get(other)
         rows.append(
