@@ -628,7 +628,7 @@ def by_kind(
 ) -> dict[str, Any]:
     """The sessions of the interpolation cells and of the extrapolation cells apart, each a
     session table as the evaluation's, with how many of their decisions the guard flagged."""
-    from .run import _session_table
+    from .run import session_table
 
     out = {}
     for kind in MEASURED_KINDS:
@@ -637,7 +637,7 @@ def by_kind(
         decided = [c for c in checks if (c.workload, c.size) in keys]
         out[kind] = {
             "cells": sorted(f"{w} {s}" for w, s in keys),
-            "table": _session_table(mine),
+            "table": session_table(mine),
             "decisions": len(decided),
             "flagged_by_guard": sum(c.flagged for c in decided),
             "modes": {

@@ -41,7 +41,8 @@ from hpc_ds1.workloads.recorded import RecordedWorkload
 from . import baselines as bl
 from . import decisions as dc
 from . import policies as pol
-from .landscape import Cell, EvaluationError, Point, percentile
+from .landscape import Cell, EvaluationError, Point
+from .run import session_table
 
 Progress = Callable[[str, int, int], None]
 STARTS = 50  # seeded starts: each policy tunes from each
@@ -108,35 +109,6 @@ def recorded_measure(land: RecordedLandscape, seed: int, repeats: int = RUN_REPE
 def _starts(cell: Cell, n: int, seed: int) -> list[Config]:
     ok = sorted(cell.points, key=Config.label)
     return random.Random(f"starts:{seed}").sample(ok, min(n, len(ok)))
-
-
-def session_table(outcomes: Sequence[pol.SessionOutcome]) -> list[dict[str, Any]]:
-    rows = []
-    for policy in POLICIES:
-        mine = [o for o in outcomes if o.policy == policy]
-        if not mine:
-            continue
-        pcts = [o.pct_of_best for o in mine]
-        runs = [o.runs for o in mine]
-        row: dict[str, Any] = {
-            "policy": policy,
-            "sessions": len(mine),
-            "pct_median": round(statistics.median(pcts), 2),
-            "pct_p10": round(percentile(pcts, 0.10), 2),
-            "share_at_least_90": round(sum(p >= 90.0 for p in pcts) / len(pcts), 4),
-            "runs_mean": round(statistics.fmean(runs), 2),
-            "runs_median": statistics.median(runs),
-            "runs_max": max(runs),
-        }
-        if policy.startswith("model"):
-            row["engineer_moves_per_session"] = round(
-                statistics.fmean(o.engineer_moves for o in mine), 3
-            )
-            row["engineer_rejected_per_session"] = round(
-                statistics.fmean(o.engineer_rejected for o in mine), 3
-            )
-        rows.append(row)
-    return rows
 
 
 def evaluate_recorded(
@@ -254,7 +226,7 @@ def evaluate_recorded(
             "replayed_engineer": "approves every proposal, STOP included (model_engineer: "
             "the recorded means answer: a move approved when its target is faster, a STOP when "
             "no neighbour is more than 2 % faster; a rejected move ends the session)",
-            "table": session_table(outcomes),
+            "table": session_table(outcomes, POLICIES),
         },
         "system1": _system1(cell, answer, best_seen),
         "calibration": dc.calibration_summary(checks, thresholds),

@@ -80,9 +80,13 @@ def check_honest(
         )
 
 
-def _session_table(outcomes: Sequence[pol.SessionOutcome]) -> list[dict[str, Any]]:
+def session_table(
+    outcomes: Sequence[pol.SessionOutcome], policies: Sequence[str] = pol.ALL_POLICIES
+) -> list[dict[str, Any]]:
+    """A row per policy (in `policies`' order) with sessions: % of best, real runs, and for the
+    model's own sessions the proposals that waited for an engineer."""
     rows = []
-    for policy in pol.ALL_POLICIES:
+    for policy in policies:
         mine = [o for o in outcomes if o.policy == policy]
         if not mine:
             continue
@@ -94,16 +98,17 @@ def _session_table(outcomes: Sequence[pol.SessionOutcome]) -> list[dict[str, Any
             "pct_median": round(statistics.median(pcts), 2),
             "pct_p10": round(percentile(pcts, 0.10), 2),
             "share_at_least_98": round(sum(p >= 98.0 for p in pcts) / len(pcts), 4),
+            "share_at_least_90": round(sum(p >= 90.0 for p in pcts) / len(pcts), 4),
             "runs_mean": round(statistics.fmean(runs), 2),
             "runs_median": statistics.median(runs),
             "runs_max": max(runs),
         }
         if policy in ("model", "model_engineer"):
             row["engineer_moves_per_session"] = round(
-                statistics.mean(o.engineer_moves for o in mine), 3
+                statistics.fmean(o.engineer_moves for o in mine), 3
             )
             row["engineer_rejected_per_session"] = round(
-                statistics.mean(o.engineer_rejected for o in mine), 3
+                statistics.fmean(o.engineer_rejected for o in mine), 3
             )
         rows.append(row)
     return rows
@@ -250,7 +255,7 @@ def evaluate(
             "replayed_engineer": "approves every proposal, STOP included (model_engineer: "
             "the landscape answers: a move approved when its target is faster, a STOP when no "
             "neighbour is more than 2 % faster; a rejected move ends the session)",
-            "table": _session_table(outcomes),
+            "table": session_table(outcomes),
         },
         "system1": system1(
             model, cells, _trained_best(training), tiles, space_for, thresholds, transfer
