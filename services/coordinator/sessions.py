@@ -29,6 +29,7 @@ from hpc_ds1.events import (
     typed,
 )
 from hpc_ds1.log import get_logger
+from hpc_ds1.model.schema import waits_for_engineer
 from hpc_ds1.requests import DecideRequest, RunRequest
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
@@ -191,6 +192,8 @@ class SessionRunner:
             )
             if decision["mode"] == "escalate":
                 mode = "escalate"
+            elif mode == "auto" and waits_for_engineer(reasons):
+                mode = "confirm"  # the model's confidence does not discriminate
         await self.propose(decision, move, confidence, mode, reasons)
 
     async def finish_two_misses(self) -> None:

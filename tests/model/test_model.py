@@ -22,6 +22,7 @@ from hpc_ds1.model import (
 )
 from hpc_ds1.model.estimators import regressor_candidates
 from hpc_ds1.model.onnx_graph import build
+from hpc_ds1.model.schema import waits_for_engineer
 from hpc_ds1.model.transfer import blended_deltas
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, apply_move, neighbours
 from tests.measured import HELD_OUT, TINY
@@ -229,7 +230,9 @@ def test_foreign_fingerprint_escalates(model: Model, fp: Fingerprint) -> None:
     assert same.mode == "auto" and same.reasons == []
 
 
-def test_thresholds_map_to_modes(model: Model) -> None:
+def test_thresholds_map_to_modes(trained: TrainedModel) -> None:
+    model = Model.from_onnx(trained.to_onnx())
+    model.discrimination_auroc = None  # the floor is its own test's
     state = familiar(model)
     auto = model.decide(state, thresholds=Thresholds(auto=0.0))
     assert auto.mode == "auto" and auto.reasons == []
@@ -387,3 +390,18 @@ def test_features_a_version_does_not_compute_are_refused_in_words() -> None:
     with pytest.raises(ValueError, match="accepted are a non-empty subset of log10_flops"):
         feature_layout(["log2_size", "flops"])
     assert feature_layout(["log2_size", "log10_flops"]).names[:2] == ("log10_flops", "log2_size")
+
+
+@pytest.mark.parametrize(
+    ("auroc", "alone"), [(0.55, False), (0.5, False), (0.6, True), (0.9, True)]
+)
+def test_a_confidence_that_does_not_discriminate_runs_nothing_alone(
+    trained: TrainedModel, auroc: float, alone: bool
+) -> None:
+    model = Model.from_onnx(trained.to_onnx())
+    model.discrimination_auroc = auroc  # as training measured it, out of fold
+    decision = model.decide(familiar(model), thresholds=Thresholds(auto=0.0))
+    assert (decision.mode == "auto") is alone
+    if not alone:
+        assert decision.mode == "confirm" and waits_for_engineer(decision.reasons)
+        assert f"AUROC {auroc:.2f} < 0.6" in decision.reasons[0]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from hpc_ds1.events import SessionMoveDecided, SessionMoveResolved, SessionStarted, SessionStepRun
-from hpc_ds1.model.schema import State, Thresholds
+from hpc_ds1.model.schema import State, Thresholds, waits_for_engineer
 from hpc_ds1.runner import is_faster
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move, neighbours
@@ -266,6 +266,8 @@ def model_session(
             mode = "escalate" if decision.mode == "escalate" else system1["mode"]
         elif not own and decision.mode != "escalate":
             mode = thresholds.mode(confidence, [])[0]
+            if mode == "auto" and waits_for_engineer(list(decision.reasons or [])):
+                mode = "confirm"
         asked += mode != "auto"
         if move != PICK and move != STOP:
             target = apply_move(best, move, space)

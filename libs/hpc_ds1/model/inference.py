@@ -26,7 +26,7 @@ from hpc_ds1.model.onnx_graph import (
     PROBABILITIES,
     RUNTIME,
 )
-from hpc_ds1.model.schema import Decision, Recommendation, State, Thresholds
+from hpc_ds1.model.schema import NO_DISCRIMINATION, Decision, Recommendation, State, Thresholds
 from hpc_ds1.model.transfer import (
     LN10,
     Table,
@@ -49,6 +49,11 @@ from hpc_ds1.space import (
 
 OUTPUTS = [PROBABILITIES, RUNTIME, DISTANCE]
 CACHE_LIMIT = 65536
+# The least out-of-fold AUROC (for a decision ending within 5 % of the best available) at
+# which the confidence may run a move alone: 0.5 is chance; below 0.6 a confident decision is
+# hardly likelier to be right than a doubtful one, so every move waits for an engineer
+# (issue 43: "where the model cannot discriminate, it asks the engineer").
+MIN_AUROC = 0.6
 
 
 class ObservationFailed(RuntimeError):
@@ -127,6 +132,10 @@ class Model:
         self._priors: dict[tuple[str, int], tuple[dict[Config, float], float, float | None]] = {}
         self.decide_share = float(transfer.get("decide_share") or 0.0)
         self.calibration = Calibration.from_dict(self.metadata.get("calibration"))
+        # issue 43: a confidence that cannot tell the decisions that end >= 5 % above the best
+        # from the others runs nothing alone (None: not measured, a single-size setup)
+        found = (self.metrics.get("move_model") or {}).get("discrimination") or {}
+        self.discrimination_auroc: float | None = found.get("auroc")
         # what a confidence states the chance of (model.calibration.TARGETS); older files: good
         self.calibration_target: str = self.metadata.get("calibration_target") or "good"
         self._aligned: dict[tuple[str, int, ConfigSpace], Any] = {}
@@ -228,6 +237,18 @@ class Model:
         except UnknownWorkload:
             return (), (), True
         return wl.knobs, wl.constraints, wl.ranks_and_threads
+
+    @property
+    def discriminates(self) -> bool:
+        """Whether the confidence may run a move alone: its out-of-fold AUROC for ending
+        within 5 % of the best is at least MIN_AUROC (or was not measured)."""
+        return self.discrimination_auroc is None or self.discrimination_auroc >= MIN_AUROC
+
+    def no_discrimination_reason(self) -> str:
+        return (
+            f"{NO_DISCRIMINATION} (out-of-fold AUROC "
+            f"{self.discrimination_auroc:.2f} < {MIN_AUROC}): an engineer decides"
+        )
 
     def space_for(self, workload: str, fingerprint: Any = None) -> ConfigSpace:
         """This device's space (the training device's, or `fingerprint`'s) for `workload`."""
@@ -360,6 +381,8 @@ class Model:
         choice = names[best]
         confidence = self.calibration.confidence(float(p[best]), choice == STOP)
         mode, why = (thresholds or self.thresholds).mode(confidence, reasons)
+        if mode == "auto" and not self.discriminates:
+            mode, why = "confirm", [self.no_discrimination_reason()]
         runtimes = {m: float(10.0 ** (here + deltas[i])) for i, m in enumerate(moves)}
         runtimes[STOP] = float(10.0**here)
         decision = Decision(

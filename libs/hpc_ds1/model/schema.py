@@ -98,6 +98,16 @@ class Thresholds(BaseModel):
         ]
 
 
+# The reason a decision of a model whose confidence does not discriminate carries: no move
+# of it runs alone, its first choice or another (model.inference.MIN_AUROC)
+NO_DISCRIMINATION = "confidence does not tell good moves from bad"
+
+
+def waits_for_engineer(reasons: list[str]) -> bool:
+    """Whether a decision's reasons keep every move of it from running alone."""
+    return any(r.startswith(NO_DISCRIMINATION) for r in reasons)
+
+
 class Decision(BaseModel):
     """System 2's answer for a job's state: the next move (`choice`, STOP when none helps), its
     `confidence`, the `mode` it maps to (auto, confirm, escalate) with the guard's `reasons`, the
