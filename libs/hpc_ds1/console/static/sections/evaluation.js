@@ -22,6 +22,11 @@ const POLICY = {
   random: "random search (same budget)",
   optuna_tpe: "Optuna TPE (same budget)",
   exhaustive: "exhaustive search",
+  model_engineer: "HPC-DS1 model, an engineer who knows the landscape answering",
+  always_stop: "always STOP (keep the start)",
+  lookup: "the setup's best, no run (lookup)",
+  start_then_lookup: "the start, then the lookup, the faster kept",
+  optuna_tpe_warm: "Optuna TPE warm-started with the setup's runs (same budget)",
 };
 const COLOURS = ["#0b5cad", "#ff7f0e", "#2ca02c", "#9467bd", "#7f7f7f"];
 
@@ -149,7 +154,7 @@ function sessionsPart(s) {
     el(
       "p",
       { class: "muted" },
-      `${s.sessions_per_policy} sessions per policy, one from every configuration that ran; budget ${s.budget} real runs for random search and TPE; the replayed engineer ${s.replayed_engineer}.`
+      `${s.sessions_per_policy} sessions per policy, one from every configuration that ran; budget ${s.budget} real runs for random search and TPE (the model's mean, re-runs counted); the replayed engineer ${s.replayed_engineer}.`
     ),
     dataTable(
       "Tuning sessions on held-out sizes",
@@ -158,7 +163,7 @@ function sessionsPart(s) {
         POLICY[r.policy] || r.policy,
         `${n(r.pct_median)} % median · ${n(r.pct_p10)} % p10`,
         bar(r.pct_median),
-        `${n(r.runs_median, 1)} median · ${r.runs_max} max`,
+        `${r.runs_mean === undefined ? "" : `${n(r.runs_mean, 1)} mean · `}${n(r.runs_median, 1)} median · ${r.runs_max} max`,
       ])
     )
   );
