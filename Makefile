@@ -8,7 +8,7 @@ export CONSOLE_SCREENS ?= $(CURDIR)/build/console-screens
 SCREENS := $(CONSOLE_SCREENS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser slurm run test lint format typecheck pytest schemas bench bench-eventlog bench-decide-http bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes bench-probe clean
+.PHONY: help install browser slurm apps run test lint format typecheck pytest schemas bench bench-eventlog bench-decide-http bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes bench-probe clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) browser slurm ## create .venv and install the project with its dev tools
+install: $(STAMP) browser slurm apps ## create .venv and install the project with its dev tools
 
 browser: ## Debian's chromium for the console's browser tests (apt, as root; quiet when present)
 	@deploy/install-browser.sh
@@ -27,10 +27,13 @@ browser: ## Debian's chromium for the console's browser tests (apt, as root; qui
 slurm: ## Debian's Slurm and munge for the Slurm tests (apt, as root; quiet when present)
 	@deploy/install-slurm.sh
 
+apps: ## Debian's hpcc and its Open MPI for the real-application tests (apt, as root; quiet when present)
+	@deploy/install-apps.sh
+
 run: $(STAMP) ## serve the product (embedded NATS + Postgres under $$HPC_DS1_HOME)
 	$(BIN)/hpc-ds1 serve
 
-test: $(STAMP) browser slurm lint typecheck pytest ## everything CI runs: lint, types, the test suite
+test: $(STAMP) browser slurm apps lint typecheck pytest ## everything CI runs: lint, types, the test suite
 
 lint: $(STAMP) ## ruff lint and format check, schemas in sync
 	$(BIN)/ruff check libs services migrations tests benchmarks

@@ -19,7 +19,10 @@ def register(subparsers: Any) -> None:
         "(docs/plugins.md).",
     )
     parser.add_argument(
-        "--check", metavar="FILE", help="validate this TOML workload file and show what it declares"
+        "--check",
+        metavar="FILE",
+        help="validate this TOML workload file, show what it declares and what it needs that "
+        "is missing here (exit status 1 then)",
     )
     add_json_argument(parser, "the list (or the checked file's workload)")
     add_home_argument(parser)
@@ -51,6 +54,11 @@ def describe(workload: Any, source: str) -> dict[str, Any]:
         out["launcher"] = workload.launcher
         out["check"] = workload.check.kind
         out["runtime"] = workload.runtime.kind
+        if workload.package:
+            out["package"] = workload.package
+        if workload.inputs or workload.output:
+            out["inputs"] = [name for name, _ in workload.inputs]
+            out["output"] = workload.output
     return out
 
 
@@ -74,11 +82,17 @@ def _text(item: dict[str, Any]) -> str:
             f"\n{'':<14} {item['launcher']} launcher: {item['command']} · check "
             f"{item['check']} · runtime {item['runtime']}"
         )
+    if "output" in item:
+        files = ", ".join(item["inputs"]) or "none"
+        line += f"\n{'':<14} each run in a fresh folder: inputs {files} · output {item['output']}"
+    if "package" in item:
+        line += f"\n{'':<14} package {item['package']}"
     return line
 
 
 def handle(args: argparse.Namespace) -> int:
     from hpc_ds1.workloads import (
+        CommandWorkload,
         WorkloadFileError,
         get_workload,
         list_workloads,
@@ -94,8 +108,19 @@ def handle(args: argparse.Namespace) -> int:
         except WorkloadFileError as error:
             raise UsageError(str(error)) from None
         item = describe(found, found.source)
-        print(json.dumps(item, indent=2) if args.json else f"valid\n{_text(item)}")
-        return 0
+        missing: list[str] = []
+        if isinstance(found, CommandWorkload):
+            from hpc_ds1.runner.command import missing_programs
+
+            missing = missing_programs(found)
+            item["missing"] = missing
+        if args.json:
+            print(json.dumps(item, indent=2))
+        else:
+            print(f"valid\n{_text(item)}")
+            for why in missing:
+                print(f"missing here: {why}")
+        return 1 if missing else 0
     items = [describe(get_workload(n), source_of(n)) for n in list_workloads()]
     errors = load_errors()
     if args.json:

@@ -27,7 +27,9 @@ if TYPE_CHECKING:  # not at run time: the rank program imports this package, and
 PLACEHOLDERS = ("ranks", "threads", "tile", "size", "python", "mpiexec")
 # A command decides its own threads through this template (the runner pins none for it).
 DEFAULT_ENV: tuple[tuple[str, str], ...] = (("OMP_NUM_THREADS", "{threads}"),)
-Launcher = Literal["none", "mpi"]
+# "mpi": the runner's launcher (our mpiexec, or srun); "openmpi": Open MPI's own mpirun
+# (runner/mpienv.py), for an application built against it; "none": the command launches itself.
+Launcher = Literal["none", "mpi", "openmpi"]
 _RUNTIME = re.compile(r"^\s*runtime_s\s*=\s*([-+0-9.eE]+|nan|inf)\s*$", re.MULTILINE)
 _CHECK = re.compile(r"^\s*check\s*=\s*(ok|failed|fail|wrong)\s*$", re.MULTILINE)
 _CHECK_ERROR = re.compile(r"^\s*check_error\s*=\s*([-+0-9.eE]+)\s*$", re.MULTILINE)
@@ -103,6 +105,16 @@ class CommandWorkload(Workload):
     warmup: bool = True  # one untimed run before the timed ones
     workdir: str = ""  # where the command runs ("": the caller's directory)
     source: str = ""  # the file that declared it
+    # Files written, from these templates, into a fresh folder for each run (the command then
+    # runs there): (name in the folder, template text). hpcc's hpccinf.txt.
+    inputs: tuple[tuple[str, str], ...] = ()
+    output: str = ""  # a file the command writes in its folder: the runtime and check read it
+    package: str = ""  # what to install when its program is missing (`workloads --check`)
+
+    @property
+    def fresh_folder(self) -> bool:
+        """Each run in a fresh folder of its own (it has input files or an output file)."""
+        return bool(self.inputs or self.output)
 
     def placeholders(self) -> set[str]:
         return {name for name, _, _ in template_fields(self.template)}
@@ -129,6 +141,10 @@ class CommandWorkload(Workload):
 
     def environment(self, values: dict[str, str]) -> dict[str, str]:
         return {name: fill(value, values, quote=False) for name, value in self.env}
+
+    def input_files(self, values: dict[str, str]) -> dict[str, str]:
+        """Each input file's text for one run (its placeholders filled, unquoted)."""
+        return {name: fill(text, values, quote=False) for name, text in self.inputs}
 
 
 def check_template(template: str, accepted: tuple[str, ...] = PLACEHOLDERS) -> None:

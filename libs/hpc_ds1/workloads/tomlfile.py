@@ -58,9 +58,11 @@ CHECK_PLACEHOLDERS = ("output",)  # the check command's: a file holding the run'
 SECTIONS = {"workload": True, "knobs": False, "check": True, "runtime": False, "work": False}
 WORKLOAD_KEYS = (
     "name", "description", "command", "launcher", "env", "sizes", "held_out", "warmup", "workdir",
-    "constraints",
+    "constraints", "inputs", "output", "package",
 )  # fmt: skip
-LAUNCHERS = ("mpi", "none")
+LAUNCHERS = ("mpi", "openmpi", "none")
+BIND_KNOB = "bind_to"  # under launcher "openmpi", a knob of this name is mpirun's --bind-to
+FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")  # an input or output file
 RECORDED_KEYS = ("name", "description", "recorded", "kernel")
 
 
@@ -316,6 +318,39 @@ def _templates(
     return used
 
 
+def _inputs(
+    where: _Where, value: Any, path: Path, accepted: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    """The input files: a table of a name in the run's folder to a template file, relative to
+    this file, whose placeholders are the command's."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise where.fail(
+            "[workload] inputs",
+            f'must be a table of file name = template file, e.g. {{ "hpccinf.txt" = '
+            f'"hpcc/hpccinf.txt" }}, not {value!r}',
+        )
+    out = []
+    for name, template in value.items():
+        field = f"[workload] inputs.{name}"
+        if not FILE_NAME.match(name):
+            raise where.fail(field, "a file name in the run's folder: letters, digits, _ . -")
+        if not isinstance(template, str) or not template:
+            raise where.fail(field, f"must be the template file's path, not {template!r}")
+        found = (path.parent / template).expanduser()
+        try:
+            text = found.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise where.fail(field, f"cannot read the template {found}: {error}") from None
+        try:
+            check_template(text, accepted)
+        except ValueError as error:
+            raise where.fail(field, f"{found}: {error}") from None
+        out.append((name, text))
+    return tuple(out)
+
+
 def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | RecordedWorkload:
     """The workload a parsed TOML document declares (WorkloadFileError if it is not valid)."""
     where = _Where(path)
@@ -338,8 +373,9 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | Rec
     if launcher not in LAUNCHERS:
         raise where.fail(
             "[workload] launcher",
-            f'{launcher!r}; accepted: "mpi" (run under mpiexec -n {{ranks}}) or "none" '
-            "(the command launches itself, using {ranks})",
+            f'{launcher!r}; accepted: "mpi" (run under mpiexec -n {{ranks}}), "openmpi" (Open '
+            "MPI's own mpirun -np {ranks}, for an application built against Open MPI) or "
+            '"none" (the command launches itself, using {ranks})',
         )
     knobs, constraints = _knobs(where, data, table.get("constraints"))
     tile = _as_tile(knobs, constraints)
@@ -356,6 +392,11 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | Rec
     accepted = (*BASE_PLACEHOLDERS, *names)
     env = _env(where, table)
     used = _templates(where, command, env, accepted)
+    inputs = _inputs(where, table.get("inputs"), path, accepted)
+    for _, text in inputs:
+        used |= {name for name, _, _ in template_fields(text)}
+    if launcher == "openmpi" and BIND_KNOB in names:
+        used.add(BIND_KNOB)
     unused = [p for p in ("threads", *names) if p not in used]
     if launcher == "none" and "ranks" not in used:
         unused.insert(0, "ranks")
@@ -379,6 +420,18 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | Rec
         raise where.fail("[workload] warmup", f"accepted: true or false, not {warmup!r}")
     description = _string(where, table, "[workload]", "description", "")
     workdir = _string(where, table, "[workload]", "workdir", "")
+    output = _string(where, table, "[workload]", "output", "")
+    if output and not FILE_NAME.match(output):
+        raise where.fail(
+            "[workload] output", f"{output!r}: a file name in the run's folder, e.g. out.txt"
+        )
+    if workdir and (inputs or output):
+        raise where.fail(
+            "[workload] workdir",
+            "a workload with inputs or an output file runs each run in a fresh folder of its "
+            "own: leave workdir out",
+        )
+    package = _string(where, table, "[workload]", "package", "")
     base = path.parent.resolve()
     folder = (base / workdir).resolve() if workdir else base
     if not folder.is_dir():
@@ -409,6 +462,9 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | Rec
         warmup=warmup,
         workdir=str(folder),
         source=str(path),
+        inputs=inputs,
+        output=output,
+        package=package,
     )
 
 
