@@ -99,6 +99,19 @@ def test_a_warm_start_runs_the_fleets_best_first(a6000, a100) -> None:  # type: 
     assert cold.configs != trace.configs
 
 
+def test_prior_start_spreads_over_the_top_of_the_consensus() -> None:
+    # two siblings; rows 0-2 one region (near copies), row 3 another, row 4 far but poor
+    columns = np.array([[-1.0, -1.2], [-0.9, -1.0], [-1.0, -0.9], [-0.8, -0.6], [1.0, 1.0]])
+    positions = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 0.1], [1.0, 1.0], [1.0, 0.0]])
+    # the consensus best first, then the farthest of the top 4 (not row 4: outside the pool)
+    assert search.prior_start(columns, positions, 2, pool=4) == [0, 3]
+    # then the farthest from both, ties to the better in consensus (row 1 before row 2)
+    assert search.prior_start(columns, positions, 3, pool=4) == [0, 3, 1]
+    assert search.prior_start(columns, positions, 3, pool=5) == [0, 3, 4]
+    assert search.prior_start(columns, positions, 9, pool=2) == [0, 1]  # no more than the pool
+    assert search.prior_start(columns, positions, 0, pool=4) == []
+
+
 def test_features_encode_every_kind_of_knob() -> None:
     space = KnobSpace(
         [

@@ -20,8 +20,9 @@ thousands of configurations, built from its own parts:
 - **Warm start (transfer through the fleet).** `prior`: other devices' measurements of the
   same kernel (their setups, as the coordinator holds them). Their log runtimes, each centred
   on its device's mean, give a consensus ranking; the new device runs the consensus best
-  first (System 1), then races the best of each sibling device (the top `Settings.race`), and
-  its surrogate takes the siblings' runtimes as extra features from then on.
+  first (System 1), then configurations of the consensus's top `Settings.pool` spread apart
+  (`prior_start`, `Settings.prior_runs` in all), and its surrogate takes the siblings'
+  runtimes as extra features from then on.
 
 Every run sent to the device counts against the budget: setup runs, PICKs, session moves and
 race re-runs alike. A configuration is run once, except the deliberate re-runs of a race.
@@ -92,7 +93,8 @@ class Settings:
 
     start: int = 6  # space-filling runs before the first surrogate (cold)
     learn: int = 4  # active-learning runs after the start, and again after each session
-    race: int = 2  # warm: sibling devices' bests raced after System 1's pick
+    prior_runs: int = 4  # warm: first runs from the consensus (`prior_start`; 12 spaces)
+    pool: int = 10  # warm: the consensus's top configurations those runs are spread over
     trees: int = 32
     leaf: int = 2  # min_samples_leaf: smooths predictions, so a run point is not exact
     rule: KeepRule = field(default_factory=lambda: KeepRule(session_pairs=2))
@@ -222,6 +224,26 @@ def consensus(features: Features, prior: Prior) -> np.ndarray:
         logs = np.where(np.isnan(logs), np.nanmax(logs) + FAIL_PENALTY, logs)
         columns.append(logs - logs.mean())
     return np.column_stack(columns) if columns else np.zeros((len(features.configs), 0))
+
+
+def prior_start(columns: np.ndarray, positions: np.ndarray, runs: int, pool: int) -> list[int]:
+    """The warm start's first `runs` rows: the consensus best (the lowest mean of `columns`,
+    one a sibling device), then each the farthest (L1 in `positions`, from those chosen) of
+    the consensus's `pool` best, ties to the better in consensus. Where the siblings agree on
+    one region their best configurations are near copies of each other; spread over the top
+    of the consensus, the start covers the few regions the fleet rates highly instead of
+    spending its runs in one (docs/yardstick.md)."""
+    if runs <= 0 or not len(columns):
+        return []
+    agreed = columns.mean(axis=1)
+    top = np.argsort(agreed, kind="stable")[: max(pool, 1)]
+    chosen = [int(top[0])]
+    nearest = np.abs(positions[top] - positions[top[0]]).sum(axis=1)
+    while len(chosen) < min(runs, len(top)):
+        i = int(np.argmax(nearest))
+        chosen.append(int(top[i]))
+        nearest = np.minimum(nearest, np.abs(positions[top] - positions[top[i]]).sum(axis=1))
+    return chosen
 
 
 # --- the tuning ----------------------------------------------------------------------------
@@ -417,12 +439,10 @@ class _Tuning:
                 misses += 1
 
     def warm(self, prior_columns: np.ndarray) -> None:
-        """System 1 from the fleet (the consensus best), then a race among the siblings'
-        own bests, in consensus order."""
-        agreed = prior_columns.mean(axis=1)
-        bests = {int(np.argmin(prior_columns[:, j])) for j in range(prior_columns.shape[1])}
-        rows = [int(np.argmin(agreed)), *sorted(bests, key=lambda r: agreed[r])]
-        for row in list(dict.fromkeys(rows))[: 1 + self.settings.race]:
+        """System 1 from the fleet (the consensus best), then the top of the consensus spread
+        apart (`prior_start`)."""
+        s = self.settings
+        for row in prior_start(prior_columns, self.features.positions, s.prior_runs, s.pool):
             self.explore(row, "prior")
 
     def cold(self) -> None:
@@ -555,6 +575,7 @@ __all__ = [
     "consensus",
     "expected_improvement",
     "features_of",
+    "prior_start",
     "spread",
     "system1",
     "tune",
