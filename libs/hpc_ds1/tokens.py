@@ -67,7 +67,9 @@ def lookup(engine: Engine, token: str) -> Principal | None:
         return None
     t = tables.tokens
     query = select(t.c.token_id, t.c.holder, t.c.role).where(
-        t.c.sha256 == token_hash(token), t.c.revoked.is_(False)
+        t.c.sha256 == token_hash(token),
+        t.c.revoked.is_(False),
+        t.c.role != "nats",  # a NATS subscriber's password is no bearer token
     )
     with engine.connect() as conn:
         row = conn.execute(query).first()

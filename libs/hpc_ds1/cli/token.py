@@ -1,7 +1,9 @@
-"""`hpc-ds1 token create|list|revoke|login|join`: bearer tokens, stored only as hashes; `login`
+"""`hpc-ds1 token create|list|revoke|login|join|nats`: bearer tokens, stored only as hashes; `login`
 prints a new one-time login URL for the browser, `join` the fleet's join token with its expiry
 and uses left (`--rotate [--ttl 24h] [--uses 10]`: a new one, the old one revoked); see
-hpc_ds1.credentials."""
+hpc_ds1.credentials. `nats --name NAME` makes a read-only NATS subscriber credential of the
+embedded server (`--revoke NAME` removes it), audited as a token of role `nats`; see
+hpc_ds1.infra.subscribers and docs/watching.md."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import nats
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -41,7 +44,18 @@ from ..credentials import (
 )
 from ..db import make_engine, tables
 from ..events import TokenCreated, TokenRevoked, envelope
-from ..infra.home import running_owner
+from ..infra.home import Endpoints, running_owner, settings_of_owner
+from ..infra.nats_auth import nats_users, subscriber_inbox
+from ..infra.nats_server import reload_users
+from ..infra.secrets import load_credentials
+from ..infra.subscribers import (
+    NAME_RULE,
+    Subscriber,
+    add_subscriber,
+    check_name,
+    load_subscribers,
+    remove_subscriber,
+)
 from ..settings import Settings
 from ..stack import Stack, open_stack
 from ..tokens import HOLDER_PATTERN, HOLDER_RULE, ROLES, new_token, new_token_id, token_hash
@@ -98,6 +112,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_json_argument(join, "the join token and the join command")
     add_home_argument(join)
     join.set_defaults(handler=handle_join)
+
+    subscriber = actions.add_parser(
+        "nats",
+        help="a read-only NATS credential to watch the event log (`--revoke NAME` removes it)",
+    )
+    which = subscriber.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--name", help=f"make a subscriber credential NAME ({NAME_RULE}), shown once"
+    )
+    which.add_argument("--revoke", metavar="NAME", help="revoke subscriber credential NAME")
+    add_json_argument(subscriber, "the NATS context and the nats.py connect arguments")
+    add_home_argument(subscriber)
+    subscriber.set_defaults(handler=handle_nats)
 
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument(
@@ -241,6 +268,8 @@ async def _revoke(settings: Settings, token_id: str) -> str:
             raise UsageError(f"no token {token_id!r}; `hpc-ds1 token list` shows the ids")
         if found["revoked"]:
             return f"token {token_id} ({found['holder']}) was already revoked"
+        if found["role"] == "nats":  # its NATS user goes first, then the record
+            await _drop_subscriber(settings, token_id=token_id)
         await _send(stack, TokenRevoked(token_id=token_id))
         return f"token {token_id} ({found['holder']}, {found['role']}) revoked"
 
@@ -393,4 +422,190 @@ def handle_join(args: argparse.Namespace) -> int:
             "uses_left": limits.uses_left,
         }
     emit(args, answer, f"{token}\nJoin      {command}")
+    return 0
+
+
+# `hpc-ds1 token nats`: read-only subscriber credentials of the embedded NATS server.
+SITE_DOC = "docs/site-infrastructure.md"
+
+
+def _nats_owner(settings: Settings) -> Endpoints | None:
+    """The running owner whose embedded server learns the user (None: no server runs now; the
+    next start reads the credentials file). An external NATS: PreconditionError."""
+    owner = running_owner(settings.home)
+    external = (owner is not None and not owner.embedded_nats) or (
+        owner is None and bool(settings.nats_url)
+    )
+    if external:
+        raise PreconditionError(
+            "this home uses an external NATS server (HPC_DS1_NATS_URL): its operator creates "
+            f"the subscriber user with the permissions in {SITE_DOC} (section 'A read-only "
+            "subscriber')"
+        )
+    return owner
+
+
+async def _quiet(_: Exception) -> None:
+    return None
+
+
+async def _connects(url: str, user: str, password: str) -> bool:
+    """Whether the server accepts this user now (False: refused, or no server)."""
+    try:
+        nc = await nats.connect(
+            url,
+            user=user,
+            password=password,
+            allow_reconnect=False,
+            connect_timeout=2,
+            error_cb=_quiet,
+            inbox_prefix=subscriber_inbox(user),
+        )
+    except (nats.errors.Error, OSError):
+        # 'Authorization Violation', or the server closing the socket before the client read
+        # it (a reset): either way this user does not get in now.
+        return False
+    await nc.close()
+    return True
+
+
+async def _apply(
+    settings: Settings, owner: Endpoints, user: str, password: str, *, on: bool
+) -> None:
+    """Give the owner's running embedded server the users of the credentials file now (config
+    rewritten, SIGHUP) and wait until `user` connects (`on`) or is refused (not `on`)."""
+    settings = settings_of_owner(settings, owner)
+    users = nats_users(settings, load_credentials(settings.home))
+    try:
+        reload_users(settings.home / "nats", users)
+    except (OSError, RuntimeError) as error:
+        raise PreconditionError(
+            f"the embedded NATS server did not take the change ({error}); it applies on the "
+            "next start of `hpc-ds1 serve`"
+        ) from None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+    while await _connects(owner.nats_url, user, password) != on:
+        if loop.time() > deadline:
+            raise PreconditionError(
+                f"the embedded NATS server has not reloaded its users (see "
+                f"{settings.home / 'nats' / 'nats.log'}); it applies on the next start of "
+                "`hpc-ds1 serve`"
+            )
+        await asyncio.sleep(0.1)
+
+
+async def _drop_subscriber(
+    settings: Settings, name: str | None = None, token_id: str | None = None
+) -> Subscriber | None:
+    """Remove a subscriber credential from the file and from the running server (its
+    connections closed). None when there was none of that name or token id."""
+    owner = running_owner(settings.home)
+    gone = await asyncio.to_thread(remove_subscriber, settings.home, name, token_id)
+    if gone is not None and owner is not None and owner.embedded_nats:
+        await _apply(settings, owner, gone.name, gone.password, on=False)
+    return gone
+
+
+async def _nats_create(settings: Settings, name: str) -> tuple[Subscriber, Endpoints | None]:
+    owner = _nats_owner(settings)
+    async with _stack(settings) as stack:
+        token_id = new_token_id()
+        try:
+            subscriber = await asyncio.to_thread(add_subscriber, settings.home, name, token_id)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        try:
+            # The record first: no credential works without its token.created in the log.
+            created = TokenCreated(
+                token_id=token_id,
+                holder=name,
+                role="nats",
+                sha256=token_hash(subscriber.password),
+            )
+            await _send(stack, created)
+        except BaseException:
+            await asyncio.to_thread(remove_subscriber, settings.home, name)
+            raise
+        if owner is not None:
+            await _apply(settings, owner, name, subscriber.password, on=True)
+        return subscriber, owner
+
+
+async def _nats_revoke(settings: Settings, name: str) -> str:
+    _nats_owner(settings)
+    async with _stack(settings) as stack:
+        gone = await _drop_subscriber(settings, name=name)
+        if gone is None:
+            known = ", ".join(s.name for s in load_subscribers(settings.home)) or "none"
+            raise UsageError(f"no subscriber credential {name!r} (this home has: {known})")
+        await stack.caught_up()
+        rows = await asyncio.to_thread(_rows, stack.engine)
+        if any(r["token_id"] == gone.token_id and not r["revoked"] for r in rows):
+            await _send(stack, TokenRevoked(token_id=gone.token_id))
+        return f"subscriber credential {name} ({gone.token_id}) revoked; its connections closed"
+
+
+def nats_context(
+    settings: Settings, subscriber: Subscriber, url: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The `nats` CLI's context file and nats.py's connect arguments for `subscriber`."""
+    inbox = subscriber_inbox(subscriber.name)
+    context = {
+        "description": f"hpc-ds1 event log of {settings.home}, read-only ({subscriber.name})",
+        "url": url,
+        "user": subscriber.name,
+        "password": subscriber.password,
+        "inbox_prefix": inbox,
+    }
+    connect = {
+        "servers": [url] if url else [],
+        "user": subscriber.name,
+        "password": subscriber.password,
+        "inbox_prefix": inbox,
+    }
+    return context, connect
+
+
+def handle_nats(args: argparse.Namespace) -> int:
+    settings = load_settings(quiet=True, home=args.home)
+    if args.revoke is not None:
+        said = asyncio.run(_nats_revoke(settings, args.revoke))
+        emit(args, {"name": args.revoke, "revoked": True, "message": said}, said)
+        return 0
+    if (problem := check_name(args.name)) is not None:
+        raise UsageError(problem)
+    subscriber, owner = asyncio.run(_nats_create(settings, args.name))
+    url = owner.nats_url if owner is not None else None
+    context, connect = nats_context(settings, subscriber, url)
+    answer = {
+        "name": subscriber.name,
+        "token_id": subscriber.token_id,
+        "stream": settings.stream,
+        "subjects": f"{settings.subject_prefix}.>",
+        "consumer": subscriber.name,
+        "context": context,
+        "nats_py": connect,
+    }
+    if args.json:
+        print_json(answer)
+        return 0
+    where = (
+        f"the server runs at {url}"
+        if url
+        else "no server runs for this home now: the URL (owner.json's nats_url) is known once "
+        "`hpc-ds1 serve` runs"
+    )
+    print(f"NATS subscriber credential {subscriber.name} ({subscriber.token_id}); {where}.")
+    print(
+        f"nats CLI context: save as ~/.config/nats/context/{subscriber.name}.json, then "
+        f"`nats --context {subscriber.name} sub '{settings.subject_prefix}.>'`:"
+    )
+    print(json.dumps(context, indent=2))
+    print("nats.py: `await nats.connect(**ARGS)` with ARGS =")
+    print(json.dumps(connect, indent=2))
+    print(
+        f"It reads stream {settings.stream} through its own consumer named {subscriber.name} "
+        "(durable or ordered); docs/watching.md. Keep the password now: no command shows it again."
+    )
     return 0

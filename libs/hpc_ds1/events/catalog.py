@@ -270,7 +270,9 @@ class ApprovalDecided(Event):
 
 
 class TokenCreated(Event):
-    """A bearer token for a person or an agent; only its SHA-256 is ever stored."""
+    """A bearer token for a person or an agent; only its SHA-256 is ever stored. Role `nats`: a
+    read-only NATS subscriber credential (`hpc-ds1 token nats`), the SHA-256 of its password;
+    it is no bearer token of the API."""
 
     aggregate = "token"
     name = "created"
@@ -278,7 +280,7 @@ class TokenCreated(Event):
 
     token_id: str
     holder: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$", description="A person or agent.")
-    role: Literal["viewer", "engineer", "admin", "agent", "join"]
+    role: Literal["viewer", "engineer", "admin", "agent", "join", "nats"]
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     # A join token's limits, as kubeadm's bootstrap tokens have (None: none; every token made
     # before they existed has none). The gateway refuses a join past either (token.used).

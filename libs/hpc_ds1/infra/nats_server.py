@@ -86,9 +86,36 @@ def render_config(
     if users is not None:
         if not users:
             raise ValueError("an authorized NATS server needs at least one user")
-        # Users of the global account: JetStream is enabled for it, no accounts block needed.
-        lines += ["authorization {", "  users = [", *(u.render() for u in users), "  ]", "}"]
+        lines += _authorization(users)
     return "\n".join(line for line in lines if line) + "\n"
+
+
+def _authorization(users: Sequence[NatsUser]) -> list[str]:
+    # Users of the global account: JetStream is enabled for it, no accounts block needed.
+    # Always the config's last block (reload_users replaces it).
+    return ["authorization {", "  users = [", *(u.render() for u in users), "  ]", "}"]
+
+
+def reload_users(directory: Path, users: Sequence[NatsUser]) -> list[int]:
+    """Give the embedded server running on `directory` these users: rewrite the authorization
+    block of its config and send it SIGHUP. nats-server reloads users and permissions in place,
+    closes the connections of users that went, and keeps its old config when the new one is
+    wrong (say so in nats.log). Returns the signalled pids; RuntimeError when none runs."""
+    if not users:
+        raise ValueError("an authorized NATS server needs at least one user")
+    config, pid_file = directory / "nats.conf", directory / "nats.pid"
+    text = config.read_text()
+    head, found, _ = text.partition("authorization {")
+    if not found:
+        raise RuntimeError(f"{config} has no users to change (a server without authorization)")
+    pids = leftover_servers(config, pid_file)
+    if not pids:
+        raise RuntimeError(f"no nats-server runs with {config}")
+    _write_private(config, head + "\n".join(_authorization(users)) + "\n")
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGHUP)
+    return pids
 
 
 def _cmdline(pid: int) -> list[str]:
