@@ -92,7 +92,7 @@ fi
 
 # --- wheelhouse ----------------------------------------------------------------------------
 requirements=$STATE/requirements.txt
-"$PYTHON" -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['mpich']))" >"$requirements"
+"$PYTHON" -c "import tomllib; t = tomllib.load(open('pyproject.toml', 'rb')); print('\n'.join(t['tool']['hpc-ds1']['dependencies'] + t['project']['optional-dependencies']['mpich']))" >"$requirements"
 printf 'setuptools>=69\nwheel\n' >>"$requirements"
 stamp=deploy/wheels/.stamp
 if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then

@@ -33,3 +33,12 @@ def test_device_id_ignores_nothing_but_changes_with_hardware() -> None:
     base = {"cpu_model": "x", "memory_gib": 24}
     assert device_id_of(base) == device_id_of(dict(base))
     assert device_id_of(base) != device_id_of({**base, "memory_gib": 48})
+
+
+def test_the_mpi_library_line_keeps_no_control_character() -> None:
+    """Open MPI 4.1's version string ends in a NUL, which Postgres cannot keep in JSON text."""
+    from hpc_ds1.hardware import printable
+
+    line = "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, May 26, 2022\x00\n"
+    assert printable(line) == "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, May 26, 2022"
+    assert printable("MPICH Version:\t5.0.2\n") == "MPICH Version:\t5.0.2"  # tabs are kept

@@ -111,9 +111,16 @@ def _mpi_library() -> str:
         done = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
         )
-        return done.stdout.strip() or "unknown"
+        return printable(done.stdout) or "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
+
+
+def printable(text: str) -> str:
+    """`text` without control characters but tabs (MPICH's version line has them), stripped:
+    Open MPI 4.1's MPI_Get_library_version ends in a NUL, which Postgres cannot store in a
+    JSON text and the gateway refuses (seen with HPC_DS1_NO_MPICH=1 and Debian's Open MPI)."""
+    return "".join(c for c in text if c == "\t" or (c >= " " and c != "\x7f")).strip()
 
 
 @functools.lru_cache(maxsize=1)

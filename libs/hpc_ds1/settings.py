@@ -137,7 +137,9 @@ class Settings(BaseSettings):
     )
     mpiexec: str | None = Field(
         default=None,
-        description="The site's mpiexec; unset: the pip MPICH's, else mpiexec on PATH.",
+        description="The site's mpiexec, taken as named; unset: an MPICH-compatible (Hydra) "
+        "mpiexec on PATH ahead of this environment's bin/, else the pip MPICH's, else mpiexec "
+        "on PATH (runner/launch.py choose_mpiexec).",
     )
     max_run_s: float = Field(
         default=600.0,

@@ -5,6 +5,7 @@ single-node Slurm of the session. The launcher's argv needs no Slurm."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,8 @@ def test_srun_argv_asks_for_the_configuration(monkeypatch: pytest.MonkeyPatch) -
 
 def test_mpiexec_is_the_sites_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("HPC_DS1_MPIEXEC", raising=False)
+    # this venv's bin/ first on PATH (as activated): no site module's mpiexec comes ahead of it
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
     assert launch.prefix("mpiexec", 3, 1)[1:] == ["-n", "3"]
     assert launch.mpiexec_path().startswith(sys.prefix)  # the pip MPICH's, next to Python
     site = tmp_path / "site" / "bin" / "mpiexec"  # a site MPI's, as a module puts it

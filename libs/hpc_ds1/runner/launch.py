@@ -8,16 +8,25 @@ wheel as well as on a site MPICH (measured: a 4-rank allreduce under Debian's Sl
 `--mpi=pmix` needs a PMIx-enabled MPI (the wheel has none); a site that wants another plugin
 sets SLURM_MPI_TYPE, which srun reads itself and which then wins over the default here.
 
-mpiexec: HPC_DS1_MPIEXEC when set (a site MPI), else the one next to this Python (the pip
-MPICH), else `mpiexec` on PATH (a site module's). Inside an allocation the pip MPICH's hydra
+mpiexec (`choose_mpiexec`, a pure function of PATH, HPC_DS1_MPIEXEC and this Python): in order
+HPC_DS1_MPIEXEC (a site MPI, taken as named); then an MPICH-compatible `mpiexec` (Hydra: MPICH,
+Intel MPI, MVAPICH) found on PATH ahead of this environment's bin/ (a loaded module's); then
+the MPICH wheel's, next to this Python; with no wheel, the first `mpiexec` on PATH. A foreign
+`mpiexec` on PATH (Open MPI's, e.g. Debian's /usr/bin/mpiexec) is passed over while the wheel
+is installed: mpi4py then loads the wheel's libmpi, which cannot initialise under another
+implementation's launcher ("unsupported PMI version PMIx", measured with Debian's Open MPI
+4.1.4), so the built-in kernels would fail; a site that wants it anyway names it in
+HPC_DS1_MPIEXEC (docs/slurm.md, "A site's MPI"). Inside an allocation the pip MPICH's hydra
 starts its proxies with srun by itself, so `mpiexec` works there too."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Literal, get_args
 
 Launcher = Literal["mpiexec", "srun"]
@@ -26,27 +35,103 @@ SRUN_MPI = "pmi2"
 JOB_NAME = "hpc-ds1-run"
 
 
-# The MPICH wheel is the `mpich` extra (a site may have its own MPI): without either, say so.
+# The MPICH wheel is a default dependency, left out by HPC_DS1_NO_MPICH=1 at install time (a
+# site with its own MPI): without either, say so.
 NO_MPI = (
     "no MPI found ({mpiexec} is not installed): install the `mpich` extra "
     "(pip install 'hpc-ds1[mpich]'), or load your site's MPI module (e.g. `module load mpich`) "
     "or set HPC_DS1_MPIEXEC to its mpiexec, or use --launcher srun inside Slurm"
 )
+# What an MPICH-compatible launcher says in `mpiexec --version`: Hydra's build details (MPICH,
+# MVAPICH), or Intel MPI's banner (Hydra too). Open MPI's says "mpiexec (OpenRTE) 4.1.4" or
+# "mpiexec (Open MPI) 5.0".
+MPICH_MARKERS = ("HYDRA", "MPICH", "INTEL(R) MPI")
+VERSION_TIMEOUT_S = 10.0
 
 
 class LauncherError(ValueError):
     """A launcher that cannot be used here (unknown, or its program is not installed)."""
 
 
-def mpiexec_path() -> str:
-    """HPC_DS1_MPIEXEC (a site MPI), else this environment's mpiexec, else the one on PATH."""
-    from hpc_ds1.settings import Settings
+def _runnable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
-    site = (Settings().mpiexec or "").strip()
+
+def _same_dir(a: str, b: str) -> bool:
+    if os.path.normpath(a) == os.path.normpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def mpich_compatible(mpiexec: str) -> bool:
+    """Whether `mpiexec --version` is an MPICH-compatible launcher's (Hydra): it can start
+    ranks whose mpi4py runs on the MPICH wheel. Asked once per file version."""
+    try:
+        st = os.stat(mpiexec)
+    except OSError:
+        return False
+    return _version_is_mpich(os.path.realpath(mpiexec), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _version_is_mpich(mpiexec: str, _mtime_ns: int, _size: int) -> bool:
+    try:
+        done = subprocess.run(
+            [mpiexec, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    said = (done.stdout + done.stderr).upper()
+    return any(marker in said for marker in MPICH_MARKERS)
+
+
+def choose_mpiexec(
+    path: str | None,
+    setting: str | None,
+    executable: str,
+    is_mpich: Callable[[str], bool] = mpich_compatible,
+) -> str:
+    """The mpiexec that starts ranks, from PATH, the HPC_DS1_MPIEXEC setting and this Python:
+
+    1. `setting` when set (a site MPI, taken as named);
+    2. the first `mpiexec` on `path` that comes before `executable`'s folder (this
+       environment's bin/) and `is_mpich` (a loaded module's MPICH-compatible MPI); an
+       entry that is this environment's bin/ ends the search: the wheel's wins from there;
+    3. the wheel's `mpiexec` next to `executable`;
+    4. without the wheel, the first `mpiexec` on `path` of any implementation (mpi4py then
+       runs on the site's libmpi), else "mpiexec", which `check` reports as missing.
+    """
+    site = (setting or "").strip()
     if site:
         return site
-    local = Path(sys.executable).with_name("mpiexec")
-    return str(local) if local.exists() else "mpiexec"
+    bindir = os.path.dirname(executable)
+    local = os.path.join(bindir, "mpiexec")
+    wheel = bool(executable) and _runnable(local)
+    for entry in (path or "").split(os.pathsep):
+        if not entry:
+            continue
+        if wheel and _same_dir(entry, bindir):
+            break
+        candidate = os.path.join(entry, "mpiexec")
+        if not _runnable(candidate):
+            continue
+        if not wheel or is_mpich(candidate):
+            return candidate
+    return local if wheel else "mpiexec"
+
+
+def mpiexec_path() -> str:
+    """The mpiexec of this process (`choose_mpiexec` of its PATH, settings and Python)."""
+    from hpc_ds1.settings import Settings
+
+    return choose_mpiexec(os.environ.get("PATH"), Settings().mpiexec, sys.executable)
 
 
 def default_launcher() -> Launcher:
