@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
     calibration_target: Literal["not_slower", "good", "unattended"] = Field(
-        default="not_slower",
+        default="unattended",
         description="What a trained model's confidence states the chance of: not_slower (the "
         "decision does not leave the job slower beyond the noise), good (a move at most 2 % "
         "slower; fewer decisions run by themselves) or unattended (a move makes the job faster "

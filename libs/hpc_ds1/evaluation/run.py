@@ -261,7 +261,10 @@ def evaluate(
             model, cells, _trained_best(training), tiles, space_for, thresholds, transfer
         ),
         "guard": {"kernels": guard_rows, "false_flags": dc.false_flags(checks)},
-        "calibration": dc.calibration_summary(checks, thresholds),
+        "calibration": {
+            "target": model.calibration_target,
+            **dc.calibration_summary(checks, thresholds),
+        },
     }
     if truth is not None:
         results["truth"], scores = truth_summary(

@@ -596,7 +596,7 @@ def train(
     space_for: SpaceFor | None = None,
     trained_at: str | None = None,
     candidates: Sequence[str] | None = None,
-    calibrate_on: str = "not_slower",
+    calibrate_on: str = "unattended",
     runtime_selection: str = "order",
     features: Sequence[str] | None = None,
     runtime_candidates: Sequence[str] | None = None,
