@@ -118,6 +118,14 @@ class Settings(BaseSettings):
     )
     auto_threshold: float = Field(default=0.85, ge=0, le=1, description="auto at or above")
     escalate_threshold: float = Field(default=0.5, ge=0, le=1, description="escalate below")
+    min_auroc: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="No decision runs alone when the model's out-of-fold AUROC (for ending "
+        "within 5 % of the best) is below this: its confidence cannot tell which moves need "
+        "an engineer (0 turns the check off).",
+    )
     calibration_target: Literal["not_slower", "good", "unattended"] = Field(
         default="unattended",
         description="What a trained model's confidence states the chance of: not_slower (the "

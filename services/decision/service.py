@@ -322,7 +322,9 @@ class DecisionService:
             throughput=(telemetry or {}).get("throughput"),
         )
         thresholds = Thresholds(
-            auto=self.ctx.settings.auto_threshold, escalate=self.ctx.settings.escalate_threshold
+            auto=self.ctx.settings.auto_threshold,
+            escalate=self.ctx.settings.escalate_threshold,
+            min_auroc=self.ctx.settings.min_auroc,
         )
         # From the user's own configuration outside the tuned space, moves may pass through
         # the runnable space on the way back (the guard reason below escalates it anyway).

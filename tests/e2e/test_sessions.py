@@ -91,7 +91,10 @@ def session_events(stack: Stack, session_id: str) -> list[dict[str, Any]]:
 async def test_an_automatic_session_reaches_a_config_at_least_as_fast_as_its_start(
     e2e_settings: Settings, trained: dict
 ) -> None:
-    settings = e2e_settings.model_copy(update={"auto_threshold": 0.0, "port": free_port()})
+    # every decision runs alone: no confidence threshold, and no discrimination floor
+    settings = e2e_settings.model_copy(
+        update={"auto_threshold": 0.0, "min_auroc": 0.0, "port": free_port()}
+    )
     async with open_stack(settings, SERVICES, "e2e-tune") as stack:
         await stack.local_device()
         session_id = await start(stack)

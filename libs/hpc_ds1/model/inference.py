@@ -50,10 +50,10 @@ from hpc_ds1.space import (
 OUTPUTS = [PROBABILITIES, RUNTIME, DISTANCE]
 CACHE_LIMIT = 65536
 # The least out-of-fold AUROC (for a decision ending within 5 % of the best available) at
-# which the confidence may run a move alone: 0.5 is chance; below 0.6 a confident decision is
-# hardly likelier to be right than a doubtful one, so every move waits for an engineer
-# (issue 43: "where the model cannot discriminate, it asks the engineer").
-MIN_AUROC = 0.6
+# which the confidence may run a move alone, by default: 0.5 is chance; below 0.6 a confident
+# decision is hardly likelier to be right than a doubtful one, so every move waits for an
+# engineer (issue 43: "where the model cannot discriminate, it asks the engineer").
+MIN_AUROC = Thresholds().min_auroc
 
 
 class ObservationFailed(RuntimeError):
@@ -238,16 +238,15 @@ class Model:
             return (), (), True
         return wl.knobs, wl.constraints, wl.ranks_and_threads
 
-    @property
-    def discriminates(self) -> bool:
+    def discriminates(self, floor: float = MIN_AUROC) -> bool:
         """Whether the confidence may run a move alone: its out-of-fold AUROC for ending
-        within 5 % of the best is at least MIN_AUROC (or was not measured)."""
-        return self.discrimination_auroc is None or self.discrimination_auroc >= MIN_AUROC
+        within 5 % of the best is at least `floor` (or was not measured)."""
+        return self.discrimination_auroc is None or self.discrimination_auroc >= floor
 
-    def no_discrimination_reason(self) -> str:
+    def no_discrimination_reason(self, floor: float = MIN_AUROC) -> str:
         return (
             f"{NO_DISCRIMINATION} (out-of-fold AUROC "
-            f"{self.discrimination_auroc:.2f} < {MIN_AUROC}): an engineer decides"
+            f"{self.discrimination_auroc:.2f} < {floor}): an engineer decides"
         )
 
     def space_for(self, workload: str, fingerprint: Any = None) -> ConfigSpace:
@@ -380,9 +379,10 @@ class Model:
         best = int(np.argmax(p))
         choice = names[best]
         confidence = self.calibration.confidence(float(p[best]), choice == STOP)
-        mode, why = (thresholds or self.thresholds).mode(confidence, reasons)
-        if mode == "auto" and not self.discriminates:
-            mode, why = "confirm", [self.no_discrimination_reason()]
+        rules = thresholds or self.thresholds
+        mode, why = rules.mode(confidence, reasons)
+        if mode == "auto" and not self.discriminates(rules.min_auroc):
+            mode, why = "confirm", [self.no_discrimination_reason(rules.min_auroc)]
         runtimes = {m: float(10.0 ** (here + deltas[i])) for i, m in enumerate(moves)}
         runtimes[STOP] = float(10.0**here)
         decision = Decision(

@@ -81,6 +81,9 @@ class Thresholds(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     auto: float = Field(default=0.85, ge=0, allow_inf_nan=False)
     escalate: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    # the least out-of-fold AUROC (ending within 5 % of the best) at which a decision may run
+    # alone: below it the confidence cannot tell the moves an engineer must see (issue 43)
+    min_auroc: float = Field(default=0.6, ge=0, le=1, allow_inf_nan=False)
 
     def mode(self, confidence: float, guard_reasons: list[str]) -> tuple[Mode, list[str]]:
         """The mode for `confidence` and the reasons it is not auto, in words."""
