@@ -22,7 +22,7 @@ from typing import Any
 from hpc_ds1.space import Config, ConfigSpace, knob_view
 
 from .landscape import Cell
-from .policies import Measure, SessionOutcome, _fastest, _outcome
+from .policies import Measure, SessionOutcome, fastest_ran, session_outcome
 
 STALE = 100  # TPE suggestions in a row that bring no new configuration before it stops
 # A prior of thousands of trials costs TPE a pass over all of them at every suggestion (0.24 s
@@ -35,7 +35,7 @@ PRIOR_BEST, PRIOR_REST = 100, 300
 def lookup_session(cell: Cell, start: Config, setup_best: Config | None) -> SessionOutcome:
     """The setup's fastest configuration, no run (the start where the setup has none)."""
     final = setup_best if setup_best is not None else start
-    return _outcome("lookup", cell, start, final, 0, finish="lookup")
+    return session_outcome("lookup", cell, start, final, 0, finish="lookup")
 
 
 def start_then_lookup_session(
@@ -46,7 +46,7 @@ def start_then_lookup_session(
     seen = {c: measure(c, 0) for c in ran}
     ok = {c: r.runtime_s for c, r in seen.items() if r is not None}
     final = min(ok, key=lambda c: ok[c]) if ok else start
-    return _outcome(
+    return session_outcome(
         "start_then_lookup", cell, start, final, len(ran), finish="lookup", ran=tuple(ran)
     )
 
@@ -129,8 +129,8 @@ def knob_tpe_session(
                 ran[config] = answer(config)
             value = ran[config]
             study.tell(trial, penalty if value is None else value)
-    final = _fastest(cell, ran) or start
-    return _outcome(policy, cell, start, final, len(ran), finish="budget", ran=tuple(ran))
+    final = fastest_ran(cell, ran) or start
+    return session_outcome(policy, cell, start, final, len(ran), finish="budget", ran=tuple(ran))
 
 
 def thinned(prior: Mapping[Config, float | None], seed: int) -> dict[Config, float | None]:
@@ -145,7 +145,7 @@ def thinned(prior: Mapping[Config, float | None], seed: int) -> dict[Config, flo
 
 def always_stop_session(cell: Cell, start: Config) -> SessionOutcome:
     """Keep the start: the session that stops at once (its one run is the start's)."""
-    return _outcome("always_stop", cell, start, start, 1, finish="stop", ran=(start,))
+    return session_outcome("always_stop", cell, start, start, 1, finish="stop", ran=(start,))
 
 
 def scaled_to(

@@ -83,7 +83,9 @@ class SessionOutcome:
         }
 
 
-def _outcome(policy: str, cell: Cell, start: Config, final: Config, runs: int, **kw: Any) -> Any:
+def session_outcome(
+    policy: str, cell: Cell, start: Config, final: Config, runs: int, **kw: Any
+) -> Any:
     return SessionOutcome(
         policy, cell.workload, cell.size, start, final, runs, cell.pct_of_best(final), **kw
     )
@@ -224,7 +226,7 @@ def model_session(
     first = measure(start, 0)
     s = evolve(s, 2, _step_run(0, None, start, first))
     if first is None:
-        return _outcome(policy, cell, start, start, 1, finish="failed", ran=(start,))
+        return session_outcome(policy, cell, start, start, 1, finish="failed", ran=(start,))
     seen = {start: first}
     ran = [start]
     reruns: dict[Config, int] = {}
@@ -332,7 +334,7 @@ def model_session(
             finish = "two_misses"  # the variant without the PICK after two misses
             break
     final = Config.model_validate(s.best_config)
-    return _outcome(
+    return session_outcome(
         policy,
         cell,
         start,
@@ -370,7 +372,7 @@ def system1_answer(model: Any, cell: Cell, space: ConfigSpace, thresholds: Thres
     }
 
 
-def _fastest(cell: Cell, configs: Any) -> Config | None:
+def fastest_ran(cell: Cell, configs: Any) -> Config | None:
     ok = [c for c in configs if c in cell.points]
     return min(ok, key=lambda c: cell.points[c].runtime_s) if ok else None
 
@@ -383,7 +385,7 @@ def greedy_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutc
     while True:
         around = list(neighbours(current, space).values())
         ran.update(dict.fromkeys(around))
-        best = _fastest(cell, around)
+        best = fastest_ran(cell, around)
         here = cell.points[current]
         if best is None:
             break
@@ -391,7 +393,7 @@ def greedy_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutc
         if not is_faster(there.runtime_s, there.spread, here.runtime_s, here.spread):
             break
         current = best
-    return _outcome(
+    return session_outcome(
         "greedy", cell, start, current, len(ran), finish="no_better_neighbour", ran=tuple(ran)
     )
 
@@ -402,8 +404,8 @@ def random_session(
     """The start plus budget-1 other configurations drawn without replacement; keep the fastest."""
     others = [c for c in space.configs() if c != start]
     drawn = rng.sample(others, min(max(budget - 1, 0), len(others)))
-    final = _fastest(cell, [start, *drawn]) or start
-    return _outcome(
+    final = fastest_ran(cell, [start, *drawn]) or start
+    return session_outcome(
         "random", cell, start, final, 1 + len(drawn), finish="budget", ran=(start, *drawn)
     )
 
@@ -446,12 +448,14 @@ def tpe_session(
     while len(ran) < min(budget, len(space.configs())) and trials < 20 * budget:
         study.optimize(objective, n_trials=1)
         trials += 1
-    final = _fastest(cell, ran) or start
-    return _outcome("optuna_tpe", cell, start, final, len(ran), finish="budget", ran=tuple(ran))
+    final = fastest_ran(cell, ran) or start
+    return session_outcome(
+        "optuna_tpe", cell, start, final, len(ran), finish="budget", ran=tuple(ran)
+    )
 
 
 def exhaustive_session(cell: Cell, start: Config, space: ConfigSpace) -> SessionOutcome:
     configs = space.configs()
-    return _outcome(
+    return session_outcome(
         "exhaustive", cell, start, cell.best_config, len(configs), finish="all", ran=tuple(configs)
     )

@@ -140,28 +140,25 @@ def evaluate_recorded(
     chosen = _starts(cell, starts, seed)
     engineer = pol.landscape_engineer(cell, space)
     outcomes: list[pol.SessionOutcome] = []
-    recommend = model.recommend(workload.name, 1, space=space, thresholds=thresholds).config
+    # System 1's answer is the recommendation `tune` starts from without --start
+    recommend = None if answer is None else Config.model_validate(answer["config"])
     for i, start in enumerate(chosen):
-        outcomes.append(
-            pol.model_session(
-                model, cell, start, space, thresholds, seed=seed, system1=answer, measure=measure
+        for policy, answers in (("model", None), ("model_engineer", engineer)):
+            outcomes.append(
+                pol.model_session(
+                    model,
+                    cell,
+                    start,
+                    space,
+                    thresholds,
+                    seed=seed,
+                    system1=answer,
+                    measure=measure,
+                    engineer=answers,
+                    policy=policy,
+                )
             )
-        )
-        outcomes.append(
-            pol.model_session(
-                model,
-                cell,
-                start,
-                space,
-                thresholds,
-                seed=seed,
-                system1=answer,
-                measure=measure,
-                engineer=engineer,
-                policy="model_engineer",
-            )
-        )
-        if recommend in cell.points:
+        if recommend is not None and recommend in cell.points:
             outcomes.append(
                 pol.model_session(
                     model,

@@ -414,25 +414,21 @@ def _replay_sessions(
         )
         recommended = _recommend_session(model, cell, space, thresholds, rule, seed, answer)
         for start in starts[id(cell)]:
-            outcomes.append(
-                pol.model_session(
-                    model, cell, start, space, thresholds, rule=rule, seed=seed, system1=answer
+            for policy, answers in (("model", None), ("model_engineer", engineer)):
+                outcomes.append(
+                    pol.model_session(
+                        model,
+                        cell,
+                        start,
+                        space,
+                        thresholds,
+                        rule=rule,
+                        seed=seed,
+                        system1=answer,
+                        engineer=answers,
+                        policy=policy,
+                    )
                 )
-            )
-            outcomes.append(
-                pol.model_session(
-                    model,
-                    cell,
-                    start,
-                    space,
-                    thresholds,
-                    rule=rule,
-                    seed=seed,
-                    system1=answer,
-                    engineer=engineer,
-                    policy="model_engineer",
-                )
-            )
             outcomes += [o for o in (recommended, moved) if o is not None]
             outcomes.append(pol.greedy_session(cell, start, space))
             outcomes.append(pol.exhaustive_session(cell, start, space))
