@@ -43,6 +43,7 @@ MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
 OBJECTS = "objects"
 MODELS = "models"
+ARCHIVE = "archive"  # the home's archive segments (hpc_ds1.archive), copied as they are
 # Headers JetStream checks at append time: they held when the event was first appended, and a
 # replay into an empty stream must not check them again (a deleted message changes the answer).
 # Also the atomic batch an event came in: sent again alone, it would be taken for part of an
@@ -82,7 +83,7 @@ def _now() -> str:
 # --- reading the stream ---------------------------------------------------------------------
 
 
-async def _messages(bus: EventBus, stop_at: int, batch: int = 1000) -> AsyncIterator[Msg]:
+async def stored_messages(bus: EventBus, stop_at: int, batch: int = 1000) -> AsyncIterator[Msg]:
     """Every message from the first up to `stop_at`, in order, with its headers."""
     sub = await bus.js.pull_subscribe(
         f"{bus.prefix}.>",
@@ -137,7 +138,7 @@ async def backup(bus: EventBus, settings: Settings, path: Path) -> Summary:
     gaps: list[list[int]] = []
     expected = 1
     with (path / EVENTS).open("w", encoding="utf-8") as out:
-        async for msg in _messages(bus, last):
+        async for msg in stored_messages(bus, last):
             seq = int(msg.metadata.sequence.stream)
             first = first or seq
             if seq != expected:
@@ -156,6 +157,7 @@ async def backup(bus: EventBus, settings: Settings, path: Path) -> Summary:
         gaps.append([expected, last])
     objects = await _backup_objects(bus, settings, path / OBJECTS)
     model_files = await asyncio.to_thread(_copy_tree, settings.models_dir, path / MODELS)
+    archive_files = await asyncio.to_thread(_copy_tree, settings.home / ARCHIVE, path / ARCHIVE)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -177,6 +179,8 @@ async def backup(bus: EventBus, settings: Settings, path: Path) -> Summary:
         },
         "objects": objects,
         "models": model_files,
+        # The archived events: the stream's gaps below are partly these (hpc-ds1 archive).
+        "archive": archive_files,
     }
     _write_json(path / MANIFEST, manifest)
     return Summary(path, count, first, last, len(gaps), len(objects), len(model_files), held)
@@ -279,6 +283,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
     checks = [(path / EVENTS, manifest["events"]["sha256"])]
     checks += [(path / o["file"], o["sha256"]) for o in manifest["objects"]]
     checks += [(path / MODELS / m["path"], m["sha256"]) for m in manifest["models"]]
+    checks += [(path / ARCHIVE / a["path"], a["sha256"]) for a in manifest.get("archive", [])]
     for file, digest in checks:
         if not file.is_file():
             raise BackupError(f"the backup is incomplete: {file} is missing")
@@ -313,6 +318,8 @@ async def check_empty(bus: EventBus, settings: Settings, engine: Engine) -> None
             pass
     if any(_walk(settings.models_dir)):
         problems.append(f"{settings.models_dir} holds files")
+    if any(_walk(settings.home / ARCHIVE)):
+        problems.append(f"{settings.home / ARCHIVE} holds archive segments")
 
     def projected() -> int:
         with engine.connect() as conn:
@@ -422,6 +429,9 @@ async def restore(
         await js.delete_msg(bus.stream, seq)
     objects = await _restore_objects(bus, settings, path, manifest["objects"])
     await asyncio.to_thread(_restore_models, path / MODELS, settings.models_dir, manifest["models"])
+    await asyncio.to_thread(
+        _restore_models, path / ARCHIVE, settings.home / ARCHIVE, manifest.get("archive", [])
+    )
     info = await js.stream_info(bus.stream)
     if int(info.state.last_seq) != last or int(info.state.messages) != total:
         raise BackupError(

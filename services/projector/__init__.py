@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hpc_ds1.archive import folder_of
 from hpc_ds1.audit import AuditFile
 from hpc_ds1.runtime import ServiceContext
 
@@ -17,6 +18,7 @@ async def run(ctx: ServiceContext) -> None:
         AuditFile(ctx.settings.audit_path),
         ctx.settings.projector_batch,
         linger_s=ctx.settings.projector_linger_ms / 1000,
+        archive=folder_of(ctx.settings.home),
     )
     ctx.facts["applied"] = lambda: projector.applied
     # Read by readiness: the gateway answers 503 while `healthy` is False.

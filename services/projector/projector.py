@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -20,6 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import Engine, func, select
 
+from hpc_ds1.archive import last_archived, merged
 from hpc_ds1.audit import ANCHOR_TYPE, AuditFile
 from hpc_ds1.bus import EventBus, RawEvent, stream_sequence, until_answered
 from hpc_ds1.db import tables
@@ -123,8 +125,10 @@ class Projector:
         stuck_after_s: float = STUCK_AFTER_S,
         stalled_after_s: float = STALLED_AFTER_S,
         linger_s: float = 0.0,
+        archive: Path | None = None,
     ) -> None:
         self.engine = engine
+        self.archive = archive  # the home's archive folder: read before the stream below it
         self.linger_s = linger_s
         self.bus = bus
         self.audit = audit
@@ -231,6 +235,7 @@ class Projector:
         self._advanced(checkpoint)
         self.set_aside = aside
         start = min(checkpoint, self.audit.last_seq) + 1
+        start = await self._from_archive(start)
         # Asked again while a cluster elects a leader: an answer lost on the way leaves only an
         # ephemeral consumer that expires after inactive_threshold.
         sub = await until_answered(
@@ -291,6 +296,21 @@ class Projector:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
+    async def _from_archive(self, start: int) -> int:
+        """Fold what lies at or below the archive's last sequence from `start` (a restored or
+        emptied projection), the archive's segments merged with the stream; where to go on."""
+        if self.archive is None:
+            return start
+        top = await asyncio.to_thread(last_archived, self.archive)
+        if top < start:
+            return start
+        async for chunk in merged(self.bus, self.archive, start, stop_at=top, batch=self.batch):
+            result = await asyncio.to_thread(project_batch, self.engine, chunk, self.audit)
+            self.applied += result.applied
+            self.set_aside += result.set_aside
+            self._advanced(result.checkpoint)
+        return top + 1
+
     async def _fetch(
         self, sub: JetStreamContext.PullSubscription, wait_s: float = 0.25
     ) -> list[RawEvent]:
@@ -329,13 +349,16 @@ class Projector:
         return seq
 
 
-async def rebuild(engine: Engine, bus: EventBus, batch: int = 2000) -> int:
+async def rebuild(
+    engine: Engine, bus: EventBus, batch: int = 2000, archive: Path | None = None
+) -> int:
     """Empty the read models and fold the whole log again, in one transaction; the live
     projector waits on the checkpoint lock and then finds nothing left to do. An event
-    Postgres refuses is set aside, as the live projector does."""
+    Postgres refuses is set aside, as the live projector does. `archive`: the home's archive
+    folder, whose segments are folded in sequence order with the stream."""
     end = await bus.last_sequence()
     chunks: list[list[Folded]] = []
-    async for chunk in bus.replay(1, stop_at=end, batch=batch):
+    async for chunk in merged(bus, archive, 1, stop_at=end, batch=batch):
         chunks.append([fold(e.seq, e.subject, e.data) for e in chunk])
 
     def write() -> int:

@@ -8,15 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 
 from hpc_ds1.backup import EVENTS, backup, projection_digest, restore
 from hpc_ds1.bus import EventBus
@@ -36,11 +33,11 @@ from hpc_ds1.events import (
     TokenRevoked,
     envelope,
 )
-from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.models_store import bucket_name, models_bucket, save_local
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import open_stack
 from tests.commands import cli_env, hpc
+from tests.streams import messages
 
 
 def story(prefix: str) -> list[Envelope]:
@@ -120,54 +117,12 @@ def story(prefix: str) -> list[Envelope]:
 
 
 @pytest.fixture
-def target(tmp_path: Path, settings: Settings, postgres_url: str) -> Iterator[Settings]:
-    """A new home, stream and database with the source's subject prefix, on a NATS server of
-    its own (one server holds one stream per subject)."""
-    name = f"r_{uuid.uuid4().hex[:12]}"
-    libpq = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    server = EmbeddedNats(tmp_path / "target-nats", sync="default")
-    yield settings.model_copy(
-        update={
-            "home": tmp_path / "restored",
-            "nats_url": server.start(),
-            "stream": f"R_{uuid.uuid4().hex[:10]}",
-            "database_url": make_url(postgres_url).set(database=name).render_as_string(False),
-        }
-    )
-    server.stop()
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
 async def source_bucket(bus: EventBus, settings: Settings) -> AsyncIterator[None]:
     yield
     try:
         await bus.js.delete_stream(f"OBJ_{bucket_name(settings)}")
     except Exception:
         pass
-
-
-async def messages(bus: EventBus, stream: str) -> list[tuple[Any, ...]]:
-    info = await bus.js.stream_info(stream)
-    found = []
-    for seq in range(1, int(info.state.last_seq) + 1):
-        try:
-            msg = await bus.js.get_msg(stream, seq)
-        except Exception:
-            found.append((seq, None))
-            continue
-        # Append-time headers: js.publish(stream=...) stores the stream's own name in
-        # Nats-Expected-Stream, publish_many's atomic batches their batch (dropped on restore).
-        headers = {
-            k: v
-            for k, v in (msg.headers or {}).items()
-            if k != "Nats-Expected-Stream" and not k.startswith("Nats-Batch-")
-        }
-        found.append((seq, msg.subject, msg.data, headers))
-    return found
 
 
 async def test_restore_gives_the_same_log_models_and_projection(

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "audit",
     "evaluate",
     "backup",
+    "archive",
     "devices",
     "agent",
     "submit",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from ..archive import ArchiveError, check_audit_heads, folder_of, merged
 from ..audit import LogChain, Verdict, read_chain, verify, verify_against_log
 from ..bus import EventBus
 from ..db import make_engine, tables
@@ -72,26 +73,43 @@ async def _against_log(settings: Settings, path: Path, nats_url: str, database_u
     # It only reads: it creates no stream (MissingStream when there is none).
     bus = await EventBus.connect(settings, nats_url, "audit-verify", create=False)
     try:
-        return await against_log(bus, path, lambda: asyncio.to_thread(_projected_to, database_url))
+        return await against_log(
+            bus,
+            path,
+            lambda: asyncio.to_thread(_projected_to, database_url),
+            folder_of(settings.home),
+        )
     finally:
         await bus.close()
 
 
 async def against_log(
-    bus: EventBus, path: Path, projected_to: Callable[[], Awaitable[int | None]]
+    bus: EventBus,
+    path: Path,
+    projected_to: Callable[[], Awaitable[int | None]],
+    archive: Path | None = None,
 ) -> Verdict:
     """The file against the live log, while the projector goes on writing both. Each is looked
     at after what it must reach: the checkpoint (the file is written before it), then the log's
     end (its anchors name lines written before them), then the file's length; the log is then
-    read up to the later of its end and the file's last line."""
+    read up to the later of its end and the file's last line, with the archive's segments
+    (`archive`, the home's archive folder) merged in: the chain runs over both."""
     checkpoint = await projected_to()
     log_end = await bus.last_sequence()
     size, file_end = await asyncio.to_thread(_file_now, path)
     chain = LogChain()
-    async for chunk in bus.replay(1, stop_at=max(log_end, file_end), batch=2000):
-        for raw in chunk:
-            chain.feed(raw.seq, raw.subject, raw.data)
-    return await asyncio.to_thread(verify_against_log, path, chain, checkpoint, size)
+    try:
+        async for chunk in merged(bus, archive, 1, stop_at=max(log_end, file_end)):
+            for raw in chunk:
+                chain.feed(raw.seq, raw.subject, raw.data)
+    except ArchiveError as error:
+        return Verdict(False, 0, None, f"the archive is damaged: {error}")
+    verdict = await asyncio.to_thread(verify_against_log, path, chain, checkpoint, size)
+    if verdict.intact and archive is not None:
+        problem = await asyncio.to_thread(check_audit_heads, archive, dict(chain.entries))
+        if problem is not None:
+            return Verdict(False, verdict.lines, None, f"the archive differs: {problem}")
+    return verdict
 
 
 def _file_now(path: Path) -> tuple[int, int]:

@@ -8,6 +8,7 @@ import time
 
 from sqlalchemy import func, select
 
+from ..archive import folder_of
 from ..bus import EventBus
 from ..db import make_engine, tables
 from ..infra.home import use_home
@@ -50,7 +51,7 @@ async def _rebuild(settings: Settings, nats_url: str, database_url: str) -> tupl
     bus = await EventBus.connect(settings, nats_url, "rebuild", create=False)
     engine = make_engine(database_url, pool_size=1)
     try:
-        last = await rebuild(engine, bus)
+        last = await rebuild(engine, bus, archive=folder_of(settings.home))
         with engine.connect() as conn:
             aside = conn.execute(select(func.count()).select_from(tables.set_aside)).scalar_one()
         return last, int(aside)
