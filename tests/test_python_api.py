@@ -20,7 +20,7 @@ from hpc_ds1.infra.ports import free_port
 from hpc_ds1.model import Measurement, State, train
 from hpc_ds1.models_store import save_local
 from hpc_ds1.space import Config, ConfigSpace
-from tests.cli.test_serve import cli_headers, start_serve, stop, wait_ready
+from tests.serving import cli_headers, start_serve, stop, wait_ready
 
 SIZES = (48, 64, 96)
 

@@ -18,46 +18,7 @@ import httpx
 from hpc_ds1.infra.nats_server import leftover_servers
 from hpc_ds1.infra.ports import free_port
 from tests.commands import HPC_DS1
-
-
-def start_serve(home: Path, port: int, **extra: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
-    env.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(port), HPC_DS1_LOG_JSON="true", **extra)
-    return subprocess.Popen(
-        [HPC_DS1, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
-def wait_ready(url: str, process: subprocess.Popen[str], timeout: float = 240.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited early:\n{process.stdout.read()}")  # type: ignore[union-attr]
-        try:
-            reply = httpx.get(f"{url}/readyz", timeout=2.0)
-            if reply.status_code == 200:
-                return reply.json()
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("serve did not become ready")
-
-
-def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
-    process.send_signal(sig)
-    output, _ = process.communicate(timeout=60)
-    assert process.returncode == 0, output
-    return output
-
-
-def cli_headers(home: Path) -> dict[str, str]:
-    """The home's own CLI credential (the gateway creates it on the home's first start)."""
-    path = home / "credentials" / "cli.token"
-    for _ in range(300):
-        if path.exists():
-            return {"Authorization": f"Bearer {path.read_text().strip()}"}
-        time.sleep(0.1)
-    raise AssertionError(f"{path} was never created")
+from tests.serving import cli_headers, start_serve, stop, wait_ready
 
 
 def devices_registered(url: str, home: Path) -> list[dict]:

@@ -38,9 +38,9 @@ from hpc_ds1.infra.nats_server import NatsUser
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres, _bin
 from hpc_ds1.settings import Settings
-from tests.cli.test_serve import cli_headers, start_serve, stop, wait_ready
 from tests.commands import HPC_DS1
 from tests.deploy.processes import give_model
+from tests.serving import cli_headers, start_serve, stop, wait_ready
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "site-infrastructure.md"
 DOC_PASSWORD = "choose-a-long-random-password"  # the placeholder of the page's SQL
