@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from .base import Envelope, Event
 from .catalog import EVENT_TYPES
+from .upcast import upcast
 
 
 class MalformedEvent(ValueError):
@@ -96,10 +97,21 @@ def typed(env: Envelope) -> Event | None:
     cls = EVENT_TYPES.get(env.type)
     if cls is None:
         return None
-    if env.version != cls.version:
-        raise MalformedEvent(f"{env.type} version {env.version} (this build knows {cls.version})")
+    data = env.data
+    if env.version > cls.version:
+        raise MalformedEvent(
+            f"{env.type} version {env.version} was written by a newer release (this one reads "
+            f"up to {cls.version})"
+        )
+    if env.version < cls.version:
+        reached, data = upcast(env.type, env.version, env.data, cls.version)
+        if reached != cls.version:
+            raise MalformedEvent(
+                f"{env.type} version {env.version}: no upcaster from version {reached} to "
+                f"{cls.version} (hpc_ds1.events.upcast)"
+            )
     try:
-        return cls.model_validate(env.data)
+        return cls.model_validate(data)
     except ValidationError as error:
         raise MalformedEvent(f"{env.type}: {_first_error(error)}") from None
 
