@@ -37,7 +37,13 @@ from hpc_ds1.events import (
     envelope,
     typed,
 )
-from hpc_ds1.fleet.liveness import Heartbeat, all_beats, is_online, liveness_bucket
+from hpc_ds1.fleet.liveness import (
+    BeatWatch,
+    Heartbeat,
+    all_beats,
+    is_online,
+    liveness_bucket,
+)
 from hpc_ds1.fleet.tasks import ACTIVE, TaskState, fold
 from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
@@ -128,6 +134,7 @@ class FleetLifecycle:
         self.devices: dict[str, DeviceView] = {}
         self.busy_at: dict[str, float] = {}  # when a heartbeat last said the device was running
         self.kv: KeyValue | None = None
+        self.watch: BeatWatch | None = None  # every heartbeat, pushed (run() starts it)
         self.ticks = 0
         self.requeued = 0
         self.failed = 0
@@ -176,8 +183,10 @@ class FleetLifecycle:
         self.devices.clear()
         await self.load()
         self.kv = await liveness_bucket(self.bus.js, self.settings)
+        self.watch = BeatWatch(self.kv)
         prefix = self.bus.prefix
         jobs = [
+            self.watch.run(stop),
             self.bus.consume(
                 "coordinator-fleet-runs",
                 self.on_run_failed,
@@ -309,7 +318,11 @@ class FleetLifecycle:
         """One pass: liveness crossings, then every task out on a device that cannot run it."""
         assert self.kv is not None, "run() opens the liveness bucket"
         now = self.clock() if now is None else now
-        beats = await all_beats(self.kv, also=self.devices)
+        watch = self.watch
+        if watch is not None and watch.synced.is_set():
+            beats = dict(watch.beats)
+        else:  # before the watch has the bucket's entries (or without one): read them
+            beats = await all_beats(self.kv, also=self.devices)
         for device_id, beat in beats.items():
             if beat.running:
                 self.busy_at[device_id] = now

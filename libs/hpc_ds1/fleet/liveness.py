@@ -5,6 +5,8 @@ offline) into device.status_changed events."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -16,7 +18,10 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..bus import kv_bucket
+from ..log import get_logger
 from ..settings import Settings
+
+log = get_logger("liveness")
 
 
 class Heartbeat(BaseModel):
@@ -68,6 +73,50 @@ async def all_beats(kv: KeyValue, also: Iterable[str] = ()) -> dict[str, Heartbe
         if found is not None:
             beats[key] = found
     return beats
+
+
+class BeatWatch:
+    """Every device's last heartbeat, kept current by one watch on the bucket: the server
+    pushes each beat as it is put, so a tick reads a dict instead of listing the bucket and
+    reading every key (issue 46: ten thousand devices were ten thousand reads a second).
+    An entry that stops changing goes stale by its time (`is_online`), as before; a deleted
+    or purged key leaves the dict."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+        self.beats: dict[str, Heartbeat] = {}
+        self.synced = asyncio.Event()  # the bucket's entries at the start have all arrived
+        self.updates = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        watcher = await self.kv.watchall()
+
+        async def stopping() -> None:
+            await stop.wait()
+            await watcher.stop()
+
+        ender = asyncio.create_task(stopping())
+        try:
+            async for entry in watcher:
+                if entry is None:  # the end of the entries that were there at the start
+                    self.synced.set()
+                    continue
+                self.take(entry.key, entry.value, entry.operation)
+        finally:
+            ender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await ender
+
+    def take(self, key: str, value: bytes | None, operation: str | None = None) -> None:
+        """One entry as the watch delivers it."""
+        self.updates += 1
+        if operation in ("DEL", "PURGE") or not value:
+            self.beats.pop(key, None)
+            return
+        try:
+            self.beats[key] = Heartbeat.model_validate(orjson.loads(value))
+        except ValueError as error:  # a malformed entry is not a beat: logged, left out
+            log.warning("heartbeat_malformed", device_id=key, error=str(error)[:200])
 
 
 def is_online(heartbeat: Heartbeat | None, settings: Settings, now: float | None = None) -> bool:

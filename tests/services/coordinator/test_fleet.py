@@ -319,3 +319,38 @@ async def test_a_placed_task_is_given_back_when_its_online_device_sat_idle_past_
     assert fleet.abandon_reason(running, {}, {}, now) == (
         "dev-a went offline: no heartbeat for 60 s"
     )
+
+
+async def test_once_its_watch_has_the_bucket_a_tick_reads_no_key(
+    ctx: ServiceContext, bus: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Liveness by a KV watch (issue 46): after the watch's first sync the ticks take the
+    pushed beats; reading the bucket key by key is left to the ticks before it."""
+    from hpc_ds1.services.coordinator import fleet as lifecycle
+
+    reads: list[float] = []
+    listing = lifecycle.all_beats
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(time.monotonic())
+        return await listing(*args, **kwargs)
+
+    monkeypatch.setattr(lifecycle, "all_beats", counted)
+    await register(bus, "dev-a", "dev-b")
+    clock = Clock()
+    beating = Beating(ctx, clock, "dev-a", "dev-b")
+    running = Running(ctx, clock)
+    try:
+        await until(lambda: running.fleet.devices_online() == 2, what="both devices online")
+        watch = running.fleet.watch
+        assert watch is not None
+        await asyncio.wait_for(watch.synced.wait(), 10)
+        before = len(reads)
+        await running.ticks(5)
+        assert len(reads) == before and watch.updates > 0
+        await beating.silence("dev-b")
+        await until(lambda: running.fleet.devices_online() == 1, what="dev-b offline")
+        assert len(reads) == before
+    finally:
+        await running.close()
+        await beating.close()
