@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # The real applications of examples/workloads/ for the tests in tests/apps/: Debian's hpcc
-# (HPC Challenge), which brings Debian's Open MPI and its own mpirun (our MPI stays the pip
-# MPICH; a workload with launcher = "openmpi" is started by Open MPI's mpirun: docs/plugins.md).
+# (HPC Challenge) and nwchem (NWChem: 19 MB to download, the smallest of the chemistry codes
+# Debian ships: quantum-espresso 48 MB, cp2k with its data 42 MB). Both bring Debian's Open MPI
+# and its own mpirun (our MPI stays the pip MPICH; a workload with launcher = "openmpi" is
+# started by Open MPI's mpirun: docs/plugins.md). And libpmix-dev, whose libpmix.so Slurm's
+# mpi/pmix plugin loads to start an Open MPI application as a job step (`srun --mpi=pmix`:
+# docs/slurm.md, tests/slurm/test_hpcc_step.py).
 # Idempotent and quiet when they are already there. Not root, or no apt: says so, prints
 # "skipped" and exits 0; the application tests then skip with that reason.
 set -euo pipefail
-PACKAGES=(hpcc)
-BINARIES=(hpcc mpirun.openmpi)
+PACKAGES=(hpcc nwchem libpmix-dev)
+BINARIES=(hpcc nwchem mpirun.openmpi)
+FILES=("/usr/lib/*/pmix2/lib/libpmix.so")  # patterns: the multiarch folder varies
 missing() {
-  local b
+  local b f
   for b in "${BINARIES[@]}"; do
     command -v "$b" >/dev/null 2>&1 || return 0
+  done
+  for f in "${FILES[@]}"; do
+    compgen -G "$f" >/dev/null || return 0
   done
   return 1
 }

@@ -155,6 +155,8 @@ class RunRequest(BaseModel):
     repeats: int = Field(default=RUN_REPEATS, ge=1, le=50)
     purpose: str = Field(default="run", pattern=r"^[a-z_]{1,32}$")
     actor: Text = "agent"
+    # A session's step: the run's run.heartbeat events name the session (issue 44, item 4).
+    session_id: SafeId | None = None
 
 
 class StartSessionRequest(BaseModel):

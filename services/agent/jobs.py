@@ -20,12 +20,19 @@ import orjson
 from pydantic import ValidationError
 
 from hpc_ds1.devicelock import Cancelled, device_lock
-from hpc_ds1.events import envelope
+from hpc_ds1.events import envelope, new_id
 from hpc_ds1.log import get_logger
-from hpc_ds1.measure import PUBLISH_RETRY_DELAYS_S, measurement_event, publish_retrying
+from hpc_ds1.measure import (
+    PUBLISH_RETRY_DELAYS_S,
+    heartbeats,
+    measurement_event,
+    publish_retrying,
+    while_in_flight,
+)
 from hpc_ds1.requests import RunRequest
-from hpc_ds1.runner import InvalidJob, RunResult, run, validate
+from hpc_ds1.runner import InvalidJob, RunResult, run, run_timeout, validate
 from hpc_ds1.runner.estimate import check_cap, from_measurements, load_measured
+from hpc_ds1.runner.inflight import InFlight
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import Config, ConfigSpace
 
@@ -208,6 +215,10 @@ class JobRunner:
         home = self.ctx.settings.home
         cap = self.ctx.settings.max_run_s
 
+        # a workload file's own `timeout` (issue 44), never past the cap
+        timeout_s = run_timeout(request.workload, None, cap=cap, default=cap)
+        inflight = InFlight()  # a run longer than HPC_DS1_RUN_HEARTBEAT_S says so in the log
+
         def measure() -> RunResult:
             with device_lock(home, cancel=self.cancel):
                 return run(
@@ -216,11 +227,28 @@ class JobRunner:
                     config,
                     repeats=request.repeats,
                     space=space,
-                    timeout_s=cap,
+                    timeout_s=timeout_s,
                     cancel=self.cancel,
+                    on_start=inflight.start,
                 )
 
-        result = await asyncio.to_thread(measure)
+        beat = heartbeats(
+            self.ctx.bus,
+            self.ctx.settings.subject_prefix,
+            run_id=request.session_id or f"{request.purpose}-{new_id()[:16]}",
+            device_id=self.device_id,
+            purpose=request.purpose,
+            actor=request.actor,
+            source="agent",
+            timeout_s=lambda _: timeout_s,
+            session_id=request.session_id,
+        )
+        result = await while_in_flight(
+            asyncio.to_thread(measure),
+            inflight,
+            heartbeat_s=self.ctx.settings.run_heartbeat_s,
+            beat=beat,
+        )
         event = measurement_event(result, self.device_id, request.purpose)
         env = envelope(
             event, actor=request.actor, source="agent", prefix=self.ctx.settings.subject_prefix

@@ -30,7 +30,8 @@ from hpc_ds1.events import (
 )
 from hpc_ds1.log import get_logger
 from hpc_ds1.model.schema import waits_for_engineer
-from hpc_ds1.requests import DecideRequest, RunRequest
+from hpc_ds1.requests import RUN_REPEATS, DecideRequest, RunRequest
+from hpc_ds1.runner import run_repeats
 from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
 from hpc_ds1.subjects import agent_run_subject, decide_subject
@@ -435,8 +436,11 @@ class SessionRunner:
             workload=self.state.workload,
             size=self.state.size,
             config=config.model_dump(),
+            # a workload file's own `repeats` (issue 44: 1 for a run of minutes)
+            repeats=run_repeats(self.state.workload, None, RUN_REPEATS),
             purpose="tune",
             actor=self.owner,
+            session_id=self.session_id,  # its run's heartbeats say whose step it is
         )
         subject = agent_run_subject(self.ctx.settings, self.state.device_id)
         for attempt in range(AGENT_WAIT_S * 10):

@@ -160,6 +160,25 @@ def test_hpcc_runs_under_two_ranks_with_its_own_mpirun() -> None:
     assert wrong.status is Status.FAILED and "wrote no nothing.txt" in wrong.error
 
 
+def test_the_binding_example_is_hpcc_with_a_binding_knob_and_its_own_name() -> None:
+    wl = load_workload_file(HPCC_TOML.with_name("hpcc-bind.toml"))
+    assert isinstance(wl, CommandWorkload)
+    assert wl.name == "hpcc-bind" and wl.bind_knob == "bind" and wl.timeout_s == 600.0
+    assert [k.name for k in wl.knobs] == ["nb", "p", "q", "bind"]
+    assert [k.name for k in _hpcc().knobs] == ["nb", "p", "q"]  # hpcc's space is unchanged
+
+
+@needs_hpcc
+def test_hpcc_runs_under_two_ranks_bound_to_cores() -> None:
+    wl = load_workload_file(HPCC_TOML.with_name("hpcc-bind.toml"))
+    assert isinstance(wl, CommandWorkload)
+    config = Config(ranks=2, threads=1, tile=1, knobs={"nb": 32, "p": 1, "q": 2, "bind": "core"})
+    result = run(wl, 400, config, repeats=1, space=_space(wl))
+    assert result.status is Status.OK, result.error
+    assert result.command.endswith("-np 2 --bind-to core:overload-allowed hpcc"), result.command
+    assert result.check_ok and 0 < result.check_error < 16
+
+
 @needs_hpcc
 def test_setup_decide_and_tune_hpcc_for_real(settings: Settings) -> None:
     folder = settings.home / "workloads"

@@ -86,7 +86,7 @@ async def test_a_cancelled_campaign_starts_no_launch_after_the_one_that_runs(
     launches: list[float] = []
     first_launch = threading.Event()
 
-    def slow_launches(timeout_s: float, cancel: threading.Event | None = None):  # type: ignore[no-untyped-def]
+    def slow_launches(timeout_s: float, cancel: threading.Event | None = None, on_start=None):  # type: ignore[no-untyped-def]
         def run(jobs):  # type: ignore[no-untyped-def]
             launches.append(time.monotonic())
             first_launch.set()

@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from . import UsageError
-from .common import add_home_argument, add_json_argument, emit, load_settings
+from .common import add_home_argument, add_json_argument, emit, knob_assignments, load_settings
 
 PURPOSE = "observed"
 
@@ -37,6 +37,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="the kernel's second block, where it has one (default: the workload's)",
     )
     parser.add_argument("--gpu", action="store_true", help="it used the GPU kernels")
+    parser.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a knob of the workload's own it ran with (repeat for each, e.g. --knob nb=64; "
+        "`recommend --format env` exports them as HPC_DS1_KNOB_<NAME>); default: its default",
+    )
     parser.add_argument(
         "--runtime-s", required=True, type=float, help="measured runtime in seconds (> 0)"
     )
@@ -66,9 +74,26 @@ def _measurement(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--runtime-s must be a positive number of seconds, not {args.runtime_s}")
     tile = args.tile if args.tile is not None else workload.default_tile
     block = args.block if args.block is not None else workload.default_block
+    knobs = {k.name: k.default for k in workload.knobs}
+    given = knob_assignments(args.knob, "--knob")
+    unknown = sorted(set(given) - set(knobs))
+    if unknown:
+        accepted = ", ".join(knobs) or "none: it has no knobs of its own"
+        raise UsageError(f"--knob {', '.join(unknown)}: not a knob of {workload.name}; {accepted}")
+    for knob in workload.knobs:
+        if knob.name in given and given[knob.name] not in knob.values:
+            raise UsageError(
+                f"--knob {knob.name}={given[knob.name]}: not one of its values {list(knob.values)}"
+            )
+    knobs.update(given)
     try:
         config = Config(
-            ranks=args.ranks, threads=args.threads, tile=tile, block=block, gpu=args.gpu
+            ranks=args.ranks,
+            threads=args.threads,
+            tile=tile,
+            block=block,
+            gpu=args.gpu,
+            knobs=tuple(knobs.items()),
         )
     except ValidationError as error:
         first = error.errors()[0]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hpc_ds1.cli import UsageError
@@ -31,8 +35,26 @@ def register(subparsers: Any) -> None:
         help="the kernel's second block, where it has one (default: the workload's)",
     )
     parser.add_argument("--gpu", action="store_true", help="use the CUDA kernels")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
+    parser.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a knob of the workload's own (repeat for each, e.g. --knob nb=64 --knob p=1); "
+        "default: each knob's default",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed repeats (default: the workload's own `repeats`, else 3)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds one run may take (default: the workload's own `timeout`, else 300)",
+    )
     parser.add_argument(
         "--launcher",
         choices=("mpiexec", "srun"),
@@ -111,21 +133,37 @@ def _result(args: argparse.Namespace) -> Any:
     threads = args.threads if args.threads is not None else max(space.threads)
     tile = args.tile if args.tile is not None else workload.default_tile
     block = args.block if args.block is not None else workload.default_block
+    from hpc_ds1.cli.common import knob_assignments
+
+    knobs = {k.name: k.default for k in workload.knobs}  # what the run would take without any
+    given = knob_assignments(args.knob, "--knob")
+    unknown = sorted(set(given) - set(knobs))
+    if unknown:
+        accepted = ", ".join(knobs) or "none: it has no knobs of its own"
+        raise UsageError(f"--knob {', '.join(unknown)}: not a knob of {workload.name}; {accepted}")
+    knobs.update(given)
     try:
-        config = Config(ranks=args.ranks, threads=threads, tile=tile, block=block, gpu=args.gpu)
+        config = Config(
+            ranks=args.ranks,
+            threads=threads,
+            tile=tile,
+            block=block,
+            gpu=args.gpu,
+            knobs=tuple(knobs.items()),
+        )
     except ValidationError as error:
         first = error.errors()[0]
         raise UsageError(f"{first['loc'][0]}: {first['msg']}") from None
-    if args.repeats < 1:
+    if args.repeats is not None and args.repeats < 1:
         raise UsageError(f"--repeats must be >= 1, not {args.repeats}")
-    if args.timeout <= 0:
+    if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout must be positive, not {args.timeout}")
     from hpc_ds1.devicelock import device_lock
     from hpc_ds1.settings import Settings
 
     try:
         # One job at a time on this machine: a run queues behind a served job or a setup.
-        with device_lock(Settings().home):
+        with device_lock(Settings().home), _elapsed(workload, args) as on_start:
             return run(
                 workload,
                 args.size,
@@ -134,9 +172,49 @@ def _result(args: argparse.Namespace) -> Any:
                 timeout_s=args.timeout,
                 space=space,
                 launcher=args.launcher,
+                on_start=on_start,
             )
     except InvalidJob as error:
         raise UsageError(str(error)) from None
+    except KeyboardInterrupt:
+        # Ctrl-C: the runner's `with Process` has killed the run's whole process group (its
+        # guard, the launcher, every rank) on the way out; say so, then exit 130
+        print("hpc-ds1 run: cancelled (Ctrl-C); the run's processes were killed", file=sys.stderr)
+        raise
+
+
+@contextlib.contextmanager
+def _elapsed(workload: Any, args: argparse.Namespace) -> Iterator[Callable[[Any], None]]:
+    """For a person watching (stderr a terminal), a line that says how long the run in flight
+    has run, redrawn every second: a real application's run takes minutes."""
+    from hpc_ds1.cli.common import show_progress
+    from hpc_ds1.runner import run_timeout
+    from hpc_ds1.runner.inflight import InFlight, elapsed_words, job_words
+
+    inflight = InFlight()
+    if not show_progress():
+        yield inflight.start
+        return
+    stop = threading.Event()
+    limit = elapsed_words(run_timeout(workload, args.timeout))
+
+    def draw() -> None:
+        while not stop.wait(1.0):
+            now = inflight.now()
+            if now is not None:
+                line = f"{job_words(now.job)} · {elapsed_words(now.elapsed_s)} (timeout {limit})"
+                sys.stderr.write(f"\r\x1b[K{line}")
+                sys.stderr.flush()
+
+    drawer = threading.Thread(target=draw, daemon=True)
+    drawer.start()
+    try:
+        yield inflight.start
+    finally:
+        stop.set()
+        drawer.join()
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
 
 
 def _text(r: Any) -> str:

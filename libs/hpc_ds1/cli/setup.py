@@ -56,7 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "2h), chosen by what they are expected to teach (active learning), instead of every "
         "configuration",
     )
-    parser.add_argument("--repeats", type=int, help="timed repeats per configuration")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="timed repeats per configuration (default: a workload's own `repeats`, else 2)",
+    )
     parser.add_argument("--no-train", action="store_true", help="measure only")
     add_json_argument(parser, "what was measured and the trained model")
     add_home_argument(parser)
@@ -76,8 +80,6 @@ def _sizes(text: str | None) -> list[int] | None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from ..workloads import (
         UnknownWorkload,
         WorkloadFileError,
@@ -88,10 +90,8 @@ def handle(args: argparse.Namespace) -> int:
 
     settings = load_settings(quiet=True, home=args.home)
     profile = PROFILES["quick" if args.quick else "full"]
-    if args.repeats is not None:
-        if args.repeats < 1:
-            raise UsageError("--repeats must be at least 1")
-        profile = replace(profile, repeats=args.repeats)
+    if args.repeats is not None and args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
     try:
         from_files = [load_file(path).name for path in args.workload_files or ()]
     except WorkloadFileError as error:
@@ -111,7 +111,14 @@ def handle(args: argparse.Namespace) -> int:
             raise UsageError(str(error)) from None
     return asyncio.run(
         _setup(
-            settings, profile, workloads, sizes, not args.no_train, as_json=args.json, budget=budget
+            settings,
+            profile,
+            workloads,
+            sizes,
+            not args.no_train,
+            as_json=args.json,
+            budget=budget,
+            repeats=args.repeats,
         )
     )
 
@@ -124,24 +131,29 @@ async def _setup(
     train: bool,
     as_json: bool = False,
     budget: Budget | None = None,
+    repeats: int | None = None,
 ) -> int:
+    """`repeats`: `--repeats`, for every workload; None: each workload's own, else the
+    profile's (plan_jobs)."""
     from ..hardware import fingerprint
     from ..space import ConfigSpace
 
     fp = await asyncio.to_thread(fingerprint)
     spaces = {w.name: ConfigSpace.for_device(fp, w) for w in workloads}
-    chunks = plan_jobs(workloads, spaces, profile, sizes)
+    chunks = plan_jobs(workloads, spaces, profile, sizes, repeats)
+    declared = sorted({c[0].repeats for c in chunks if c})
+    times = "/".join(map(str, declared)) if declared else str(repeats or profile.repeats)
     out = sys.stderr if as_json else sys.stdout  # --json: stdout holds the JSON only
     found: dict[str, Any] = {"profile": profile.name, "model": None}
     async with open_stack(settings, ("projector", "agent", "trainer"), "setup") as stack:
         device_id = await stack.local_device()
         whole = sum(len(c) for c in chunks)
-        planned = f"{whole} runs planned · {profile.repeats} timed repeats in interleaved rounds"
+        planned = f"{whole} runs planned · {times} timed repeats in interleaved rounds"
         if budget is not None:
             limit = f"{budget.runs} runs" if budget.runs else f"{budget.seconds:g} s"
             planned = (
                 f"budget {limit} of the {whole} configurations, chosen by active learning · "
-                f"{profile.repeats} timed repeats each"
+                f"{times} timed repeats each"
             )
         print(
             f"setup ({profile.name}) of device {device_id} · {fp.cpu_model} · {planned}, "
@@ -156,7 +168,12 @@ async def _setup(
             report = await with_run_progress(
                 budget.runs or whole,
                 lambda p: run_budgeted(
-                    Campaign(stack, device_id), cells, budget, profile.repeats, p
+                    Campaign(stack, device_id),
+                    cells,
+                    budget,
+                    repeats,
+                    p,
+                    default_repeats=profile.repeats,
                 ),
             )
         print(

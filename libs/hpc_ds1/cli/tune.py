@@ -159,6 +159,17 @@ class StepTable:
         return 1 if finished is not None and finished.get("reason") in FAILED_ENDINGS else 0
 
     def show(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "heartbeat":  # a step's run still in flight (run.heartbeat): a line, no event
+            if not self.as_json:
+                from ..runner.inflight import elapsed_words
+
+                config = config_words(data["config"], cpu=False)
+                took = elapsed_words(data["elapsed_s"])
+                limit = (
+                    f"timeout {elapsed_words(data['timeout_s'])}" if data.get("timeout_s") else ""
+                )
+                print(f"{'':<5}{'… running':<14}{config:<36}{took:>10}  {limit}", flush=True)
+            return
         self.found["events"].append({"type": kind, "data": data})
         if kind == "finished":
             self.found["finished"] = data
@@ -251,6 +262,10 @@ async def local(
         subs = [
             await stack.bus.nc.subscribe(f"{prefix}.session.{request.session_id}.*", cb=collect),
             await stack.bus.nc.subscribe(f"{prefix}.approval.*.requested", cb=collect),
+            # its steps' runs in flight past HPC_DS1_RUN_HEARTBEAT_S (the agent's heartbeats)
+            await stack.bus.nc.subscribe(
+                f"{prefix}.run.{request.session_id}.heartbeat", cb=collect
+            ),
         ]
         reply = orjson.loads(
             (

@@ -59,6 +59,12 @@ def describe(workload: Any, source: str) -> dict[str, Any]:
         if workload.inputs or workload.output:
             out["inputs"] = [name for name, _ in workload.inputs]
             out["output"] = workload.output
+        if workload.bind_knob:
+            out["binding"] = workload.bind_knob  # the knob that is the launcher's rank binding
+    if workload.timeout_s is not None:
+        out["timeout_s"] = workload.timeout_s
+    if workload.repeats is not None:
+        out["repeats"] = workload.repeats
     return out
 
 
@@ -84,9 +90,19 @@ def _text(item: dict[str, Any]) -> str:
         )
     if "output" in item:
         files = ", ".join(item["inputs"]) or "none"
-        line += f"\n{'':<14} each run in a fresh folder: inputs {files} · output {item['output']}"
+        output = item["output"] or "none (its standard output)"
+        line += f"\n{'':<14} each run in a fresh folder: inputs {files} · output {output}"
     if "package" in item:
         line += f"\n{'':<14} package {item['package']}"
+    runs = []
+    if "timeout_s" in item:
+        runs.append(f"timeout {item['timeout_s']:g} s")
+    if "repeats" in item:
+        runs.append(f"repeats {item['repeats']}")
+    if "binding" in item:
+        runs.append(f"knob {item['binding']} is the launcher's rank binding")
+    if runs:
+        line += f"\n{'':<14} runs: {' · '.join(runs)}"
     return line
 
 

@@ -267,6 +267,11 @@ class ApprovalDecided(Event):
     by: str
     role: str
     note: str = ""
+    # Issue 45: who `by` is at the site's OpenID provider, '<issuer>#<sub>' (the provider's
+    # stable id of the person; a name can change hands). None: signed in with a token.
+    identity: str | None = Field(
+        default=None, description="The approver at the site's OpenID provider: issuer#sub."
+    )
 
 
 class TokenCreated(Event):
@@ -282,29 +287,46 @@ class TokenCreated(Event):
     holder: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$", description="A person or agent.")
     role: Literal["viewer", "engineer", "admin", "agent", "join", "nats"]
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    # A join token's limits, as kubeadm's bootstrap tokens have (None: none; every token made
-    # before they existed has none). The gateway refuses a join past either (token.used).
+    # A token's expiry (issue 45: any bearer token; before, join tokens only) and a join
+    # token's cap on uses, as kubeadm's bootstrap tokens have (None: none; every token made
+    # before they existed has none). The gateway refuses a token from its expiry on, and a
+    # join past its cap (token.used).
     expires_at: AwareDatetime | None = Field(
-        default=None, description="Join tokens: refused from this time on (UTC)."
+        default=None, description="Refused from this time on (UTC); None: no expiry."
     )
     max_uses: int | None = Field(
         default=None, ge=1, description="Join tokens: how many devices may join with it."
     )
+    reason: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Why it was made, for the audit trail (e.g. 'join token rotated').",
+    )
 
     @model_validator(mode="after")
-    def _limits_only_for_join(self) -> TokenCreated:
-        # Only the join route enforces them: on another role they would promise what no one keeps.
-        if self.role != "join" and (self.expires_at is not None or self.max_uses is not None):
-            raise ValueError("expires_at and max_uses are for join tokens only")
+    def _limits_kept(self) -> TokenCreated:
+        # Only what someone enforces: the join route keeps max_uses, the gateway an expiry of a
+        # bearer token; NATS checks no expiry of a subscriber's password.
+        if self.role != "join" and self.max_uses is not None:
+            raise ValueError("max_uses is for join tokens only")
+        if self.role == "nats" and self.expires_at is not None:
+            raise ValueError("a NATS subscriber credential has no expiry (NATS would not keep it)")
         return self
 
 
 class TokenRevoked(Event):
+    """A token stops working; the envelope's actor says who revoked it."""
+
     aggregate = "token"
     name = "revoked"
     id_field = "token_id"
 
     token_id: str
+    reason: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Why, for the audit trail (e.g. 'device d1 revoked', 'join token rotated').",
+    )
 
 
 class TokenUsed(Event):
@@ -511,6 +533,36 @@ class TaskFailed(Event):
     reasons: list[str]
 
 
+class RunHeartbeat(Event):
+    """A real run is still in flight: sent every HPC_DS1_RUN_HEARTBEAT_S while one run of a
+    setup, an evaluation or a device's agent (a session's step, a decision's run) takes longer
+    than that, so whoever watches the log sees a run of minutes alive, what it runs and for how
+    long. Nothing is projected from it but its raw row: the run's result is its measurement
+    event, as before."""
+
+    aggregate = "run"
+    name = "heartbeat"
+    id_field = "run_id"
+
+    run_id: str = Field(
+        description="The campaign's id, a session's (its step's run), or the run's own."
+    )
+    device_id: str
+    purpose: str = Field(description="setup, evaluate, truth, tune, task or run.")
+    workload: str
+    size: int = Field(gt=0)
+    config: dict[str, Any] = Field(description="The configuration running now.")
+    elapsed_s: float = Field(ge=0, description="Since this configuration's run started.")
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="When the run is killed (its workload's or caller's)."
+    )
+    beat: int = Field(ge=1, description="1 for the first heartbeat of this run, then 2, ...")
+    done: int = Field(default=0, ge=0, description="Runs the campaign has finished so far.")
+    total: int = Field(default=0, ge=0, description="Runs the campaign plans; 0: one run.")
+    session_id: str | None = None
+    task_id: str | None = None
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.event_type(): cls
     for cls in (
@@ -543,5 +595,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TaskRunFailed,
         TaskRequeued,
         TaskFailed,
+        RunHeartbeat,
     )
 }

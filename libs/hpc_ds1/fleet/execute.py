@@ -25,7 +25,7 @@ from ..events import Envelope, MeasurementRecorded, TaskFinished, TaskRunFailed,
 from ..events import envelope as make_envelope
 from ..events.base import Event
 from ..log import get_logger
-from ..runner import InvalidJob, RunResult, run, validate
+from ..runner import InvalidJob, RunResult, run, run_repeats, run_timeout, validate
 from ..runner.estimate import RuntimeEstimate, check_cap
 from ..space import Config, ConfigSpace
 from .work import WorkItem
@@ -158,8 +158,11 @@ def run_work_item(
         # measured configuration, which its setup measured within this space.
         space = ConfigSpace.for_device(workload=item.workload).runnable()
         validate(item.workload, item.size, config, space)
+        # a workload file's own `repeats` and `timeout` (issue 44), the timeout never past the cap
+        repeats = run_repeats(item.workload, None, TASK_REPEATS)
+        timeout_s = run_timeout(item.workload, None, cap=max_run_s, default=max_run_s)
         if item.expected_s is not None:
-            expected = RuntimeEstimate(item.expected_s, TASK_REPEATS + 1, "expected by placement")
+            expected = RuntimeEstimate(item.expected_s, repeats + 1, "expected by placement")
             check_cap(expected, max_run_s, item.workload, item.size)
     except (InvalidJob, ValueError, LookupError) as error:
         return refused(item, f"the runner refused it: {error}")
@@ -168,9 +171,9 @@ def run_work_item(
             item.workload,
             item.size,
             config,
-            repeats=TASK_REPEATS,
+            repeats=repeats,
             space=space,
-            timeout_s=max_run_s,
+            timeout_s=timeout_s,
             cancel=cancel,
         )
     log.info(

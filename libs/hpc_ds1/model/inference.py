@@ -589,11 +589,18 @@ class Model:
 
     # --- a real run -----------------------------------------------------------------------
     def observe(
-        self, workload: str, size: int, config: dict[str, Any] | Config, *, repeats: int = 3
+        self,
+        workload: str,
+        size: int,
+        config: dict[str, Any] | Config,
+        *,
+        repeats: int | None = None,
     ) -> State:
         """Run the job once for real on this machine and return the state with telemetry.
         `tile` defaults to the workload's default; the configuration may be the user's own,
-        oversubscribed one (the runnable space), so a decision can lead back from it."""
+        oversubscribed one (the runnable space), so a decision can lead back from it.
+        `repeats` (None: the workload's own, else 3) and the run's timeout (the workload's
+        own, else the runner's default) come from the workload's file when it declares them."""
         from hpc_ds1.devicelock import device_lock
         from hpc_ds1.runner import run
         from hpc_ds1.settings import Settings

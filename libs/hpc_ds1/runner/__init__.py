@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpc_ds1.runner.api import run, run_many
+    from hpc_ds1.runner.api import run, run_many, run_repeats, run_timeout
     from hpc_ds1.runner.checks import InvalidJob, validate
     from hpc_ds1.runner.noise import is_faster, noise_threshold, relative_spread
     from hpc_ds1.runner.result import Job, RunResult, Status
@@ -30,6 +30,8 @@ _MODULE_OF = {
     "relative_spread": "noise",
     "run": "api",
     "run_many": "api",
+    "run_repeats": "api",
+    "run_timeout": "api",
     "validate": "checks",
 }
 
@@ -43,6 +45,8 @@ __all__ = [
     "relative_spread",
     "run",
     "run_many",
+    "run_repeats",
+    "run_timeout",
     "validate",
 ]
 

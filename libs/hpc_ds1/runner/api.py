@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,9 @@ from hpc_ds1.tuning.recorded import NotRecorded
 from hpc_ds1.workloads import CommandWorkload, Workload
 from hpc_ds1.workloads.recorded import RecordedWorkload, replay
 
-DEFAULT_TIMEOUT_S = 300.0
+OnStart = Callable[[Job], None]  # called as each job starts (run_many)
+
+DEFAULT_TIMEOUT_S = 300.0  # a run's, when neither its caller nor its workload says
 LAUNCH_TIMEOUT_S = 120.0
 BUILTIN_PREFIX = "hpc_ds1.workloads."
 # Past the runner's own timeout, the guard and the ranks wait this long before killing themselves
@@ -91,6 +93,41 @@ def job_env(
 
 def mpiexec_path() -> str:
     return launch.mpiexec_path()
+
+
+def _declared(workload: str | Workload) -> Workload | None:
+    if isinstance(workload, Workload):
+        return workload
+    from hpc_ds1.workloads import get_workload
+
+    try:
+        return get_workload(workload)
+    except LookupError:
+        return None  # validate() says what is wrong with the name, with what is known
+
+
+def run_timeout(
+    workload: str | Workload,
+    given: float | None = None,
+    cap: float | None = None,
+    default: float = DEFAULT_TIMEOUT_S,
+) -> float:
+    """The timeout of one run of `workload`: `given` (a caller's explicit one, e.g. `run
+    --timeout`), else the workload's own (a workload file's `timeout`), else `default`; never
+    past `cap` (a site's HPC_DS1_MAX_RUN_S, which an agent enforces)."""
+    wl = _declared(workload)
+    own = wl.timeout_s if wl is not None else None
+    timeout = given if given is not None else own if own is not None else default
+    return min(timeout, cap) if cap is not None else timeout
+
+
+def run_repeats(workload: str | Workload, given: int | None = None, default: int = 3) -> int:
+    """The timed runs of one measurement of `workload`: `given` (a caller's explicit count),
+    else the workload's own (a workload file's `repeats`), else `default`."""
+    if given is not None:
+        return given
+    wl = _declared(workload)
+    return wl.repeats if wl is not None and wl.repeats is not None else default
 
 
 def _spec(job: Job, wl: Workload) -> JobSpec:
@@ -160,11 +197,12 @@ def _run_batch(
     launch_timeout_s: float,
     cancel: threading.Event | None = None,
     launcher: str = "mpiexec",
+    on_start: OnStart | None = None,
 ) -> list[RunResult]:
     """Run jobs in one launch; after a timeout or a crash, relaunch for the jobs left."""
     with tempfile.TemporaryDirectory(prefix="hpc-ds1-launch-") as scratch:
         return _launch_until_done(
-            ranks, batch, timeout_s, launch_timeout_s, cancel, launcher, Path(scratch)
+            ranks, batch, timeout_s, launch_timeout_s, cancel, launcher, Path(scratch), on_start
         )
 
 
@@ -176,6 +214,7 @@ def _launch_until_done(
     cancel: threading.Event | None,
     launcher: str,
     scratch: Path,
+    on_start: OnStart | None = None,
 ) -> list[RunResult]:
     results: list[RunResult] = []
     pending = list(batch)
@@ -219,6 +258,8 @@ def _launch_until_done(
                     startup = time.monotonic() - launched
                 elif name == "start":
                     deadline = time.monotonic() + timeout_s
+                    if on_start is not None:
+                        on_start(pending[done][0])
                 elif name == "error":
                     proc.wait(5)
                     failure = (Status.FAILED, f"rank {event.get('rank')}: {event.get('error')}")
@@ -256,19 +297,23 @@ def _launch_until_done(
 def run_many(
     jobs: Sequence[Job],
     *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float | None = None,
     launch_timeout_s: float = LAUNCH_TIMEOUT_S,
     space: ConfigSpace | None = None,
     cancel: threading.Event | None = None,
     launcher: str | None = None,
+    on_start: OnStart | None = None,
 ) -> list[RunResult]:
     """Run jobs, one `mpiexec` (or `srun`) launch per ranks value; results in the order of
     `jobs`.
 
     Every job is validated first (InvalidJob before anything starts). `timeout_s` bounds each
-    job (from its start inside the launch, warm-up and JIT included). Setting `cancel` kills
-    the running job within a fraction of a second and raises Cancelled. `launcher`: mpiexec
-    or srun (launch.py); None: HPC_DS1_LAUNCHER."""
+    job (from its start inside the launch, warm-up and JIT included; a command workload's,
+    each run of its command); None: each workload's own (`run_timeout`). Setting `cancel`
+    kills the running job's whole process group within a fraction of a second and raises
+    Cancelled. `launcher`: mpiexec or srun (launch.py); None: HPC_DS1_LAUNCHER. `on_start(job)`
+    is called (from this thread) as each job starts: what a heartbeat or a progress bar says
+    is in flight."""
     try:
         launcher = launch.check(launcher or launch.default_launcher())
     except launch.LauncherError as error:
@@ -285,16 +330,20 @@ def run_many(
         if isinstance(wl, CommandWorkload):
             from hpc_ds1.runner.command import run_command
 
-            out[i] = run_command(job, wl, timeout_s, _result, cancel, launcher)
+            if on_start is not None:
+                on_start(job)
+            out[i] = run_command(job, wl, run_timeout(wl, timeout_s), _result, cancel, launcher)
         elif isinstance(wl, RecordedWorkload):
             out[i] = _replayed(job, wl)
         else:
             groups.setdefault(job.config.ranks, []).append(i)
     for ranks, indices in sorted(groups.items()):
         batch = [checked[i] for i in indices]
+        # one launch, one per-job timeout for its rank program: the longest any job is given
+        timeout = max(run_timeout(wl, timeout_s) for _, wl in batch)
         for i, result in zip(
             indices,
-            _run_batch(ranks, batch, timeout_s, launch_timeout_s, cancel, launcher),
+            _run_batch(ranks, batch, timeout, launch_timeout_s, cancel, launcher, on_start),
             strict=True,
         ):
             out[i] = result
@@ -318,15 +367,18 @@ def run(
     size: int | str,
     config: Config,
     *,
-    repeats: int = 3,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    repeats: int | None = None,
+    timeout_s: float | None = None,
     space: ConfigSpace | None = None,
     cancel: threading.Event | None = None,
     launcher: str | None = None,
+    on_start: OnStart | None = None,
 ) -> RunResult:
     """Run one job for real and return its result (InvalidJob if it cannot be launched;
-    Cancelled when `cancel` is set before it ends). `launcher`: see run_many."""
+    Cancelled when `cancel` is set before it ends). `repeats` and `timeout_s`: None, the
+    workload's own (`run_repeats`, `run_timeout`); `launcher`, `on_start`: see run_many."""
     name = workload.name if isinstance(workload, Workload) else workload
+    repeats = run_repeats(workload, repeats)
     job = Job(workload=name, size=check_size(size), config=config, repeats=repeats)
     if isinstance(workload, Workload):
         from hpc_ds1.workloads import get_workload, list_workloads, register
@@ -335,4 +387,6 @@ def run(
             register(workload, replace=True)
         elif get_workload(name) is not workload:
             raise InvalidJob(f"another workload named {name!r} is already registered")
-    return run_many([job], timeout_s=timeout_s, space=space, cancel=cancel, launcher=launcher)[0]
+    return run_many(
+        [job], timeout_s=timeout_s, space=space, cancel=cancel, launcher=launcher, on_start=on_start
+    )[0]

@@ -62,12 +62,21 @@ def command_argv(
 ) -> list[str]:
     """The command's words; with launcher "mpi", behind the runner's launcher (mpiexec -n
     {ranks}, or srun -n {ranks} --cpus-per-task {threads} inside Slurm: runner/launch.py);
-    with "openmpi", behind Open MPI's mpirun found on `env`'s PATH (LauncherError if none)."""
+    with "openmpi", behind Open MPI's mpirun found on `env`'s PATH (LauncherError if none),
+    or, when the runner's launcher is srun, as a job step: srun --mpi=pmix. A knob that is the
+    launcher's binding (`bind_knob`) adds the launcher's binding words."""
     from hpc_ds1.runner import launch, mpienv
 
     words = wl.argv(values)
+    bind = values[wl.bind_knob] if wl.bind_knob else None  # the knob that binds the ranks
     if wl.launcher == "mpi":
-        return [*launch.prefix(launcher, int(values["ranks"]), int(values["threads"])), *words]
+        ranks, threads = int(values["ranks"]), int(values["threads"])
+        return [*launch.prefix(launcher, ranks, threads, bind), *words]
+    if wl.launcher == "openmpi" and launcher == "srun":
+        # inside (or through) Slurm, Open MPI's ranks are a job step of their own: srun starts
+        # them with PMIx, which Open MPI reads instead of its mpirun's daemons
+        ranks, threads = int(values["ranks"]), int(values["threads"])
+        return [*launch.prefix("srun", ranks, threads, bind, mpi=launch.SRUN_OPENMPI), *words]
     if wl.launcher == "openmpi":
         path = (env or {}).get("PATH")
         mpirun = mpienv.openmpi_mpirun(path)
@@ -77,8 +86,7 @@ def command_argv(
                 f"Debian's {mpienv.OPENMPI_PACKAGE} (apt-get install {mpienv.OPENMPI_PACKAGE})"
                 + (f" or {wl.package}, which brings it" if wl.package else "")
             )
-        bind = values.get("bind_to", "none")
-        return [*mpienv.openmpi_argv(mpirun, int(values["ranks"]), bind), *words]
+        return [*mpienv.openmpi_argv(mpirun, int(values["ranks"]), bind or "none"), *words]
     return words
 
 

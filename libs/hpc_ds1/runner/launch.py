@@ -32,6 +32,10 @@ from typing import Literal, get_args
 Launcher = Literal["mpiexec", "srun"]
 LAUNCHERS: tuple[str, ...] = get_args(Launcher)
 SRUN_MPI = "pmi2"
+# Debian's Open MPI (4.1) initialises from PMIx: an Open MPI application as a job step is
+# `srun --mpi=pmix` (Slurm's mpi/pmix plugin, which loads libpmix.so: Debian's libpmix-dev;
+# measured: hpcc under 2 ranks as a step of Debian's Slurm 22.05).
+SRUN_OPENMPI = "pmix"
 JOB_NAME = "hpc-ds1-run"
 
 
@@ -165,14 +169,38 @@ def allocated_cpus() -> int:
     return total if total > 0 else os.cpu_count() or 1
 
 
-def prefix(launcher: str, ranks: int, threads: int) -> list[str]:
-    """The argv that starts `ranks` copies of what follows it, each with `threads` CPUs."""
+# A rank binding (a workload knob's value, workloads/tomlfile.py BIND_VALUES) in srun's words;
+# Hydra's -bind-to and Open MPI's --bind-to take the value as it is.
+SRUN_BIND = {"none": "none", "core": "cores", "socket": "sockets", "hwthread": "threads",
+             "numa": "ldoms"}  # fmt: skip
+
+
+def binding_words(launcher: str, bind: str) -> list[str]:
+    """The launcher's words for binding each rank to a `bind` (none, core, socket, hwthread,
+    numa): MPICH Hydra's `-bind-to core`, srun's `--cpu-bind=cores`; ValueError otherwise."""
+    if bind not in SRUN_BIND:
+        raise ValueError(f"rank binding {bind!r}; accepted: {', '.join(SRUN_BIND)}")
+    if launcher == "srun":
+        return [f"--cpu-bind={SRUN_BIND[bind]}"]
+    return ["-bind-to", bind]
+
+
+def prefix(
+    launcher: str, ranks: int, threads: int, bind: str | None = None, mpi: str = SRUN_MPI
+) -> list[str]:
+    """The argv that starts `ranks` copies of what follows it, each with `threads` CPUs (and
+    bound to `bind`, a rank binding: binding_words; None: the launcher's default). `mpi`:
+    srun's MPI plugin unless SLURM_MPI_TYPE says (pmi2 for MPICH; SRUN_OPENMPI for an
+    application built against Open MPI)."""
     if check(launcher) == "mpiexec":
-        return [mpiexec_path(), "-n", str(ranks)]
+        argv = [mpiexec_path(), "-n", str(ranks)]
+        return [*argv, *binding_words("mpiexec", bind)] if bind is not None else argv
     argv = ["srun", "-n", str(ranks), "--cpus-per-task", str(max(threads, 1))]
+    if bind is not None:
+        argv += binding_words("srun", bind)
     argv.append(f"--job-name={JOB_NAME}")  # the step (or the job srun creates) says whose it is
     if "SLURM_MPI_TYPE" not in os.environ:
-        argv.append(f"--mpi={SRUN_MPI}")
+        argv.append(f"--mpi={mpi}")
     # An oversubscribed configuration (more ranks x threads than CPUs, which the tuner may
     # try) would wait for resources forever: srun is told it may overcommit.
     if ranks * max(threads, 1) > allocated_cpus():

@@ -25,7 +25,8 @@ from sqlalchemy import select
 
 from hpc_ds1.db import tables
 from hpc_ds1.devicelock import device_lock
-from hpc_ds1.runner import Job, RunResult, run_many
+from hpc_ds1.runner import Job, RunResult, run_many, run_repeats
+from hpc_ds1.runner.inflight import InFlight
 from hpc_ds1.space import ConfigSpace, knob_view
 from hpc_ds1.tuning.knobs import KnobConfig
 from hpc_ds1.tuning.search import budgeted_setup
@@ -95,12 +96,14 @@ class _CellDevice:
         self.view = knob_view(space)
         self.known, self.deadline = known, deadline
         self.report = CampaignReport()
+        self.inflight = InFlight()  # the run in flight: the progress bar's, the heartbeat's
 
     def run(self, values: KnobConfig) -> _Outcome:
         job = PlannedJob(self.workload, self.size, self.view.config(values), self.repeats)
         found = self.known.get(self.campaign.measurement_id(job))
         if found is not None:
             self.report.skipped += 1
+            self.campaign.done += 1
             status, runtime = found
             return _Outcome(runtime if status == "ok" else None, None if status == "ok" else status)
         if self.stop.is_set() or (self.deadline is not None and time.monotonic() > self.deadline):
@@ -110,13 +113,19 @@ class _CellDevice:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(record, self.loop)
         future.result()
         self.campaign._count(self.report, [result])
+        self.campaign.done += 1  # the progress bar's count moves as each run ends
         ok = result.ok and result.runtime_s is not None
         return _Outcome(result.runtime_s if ok else None, None if ok else result.status.value)
 
     def _measure(self, job: PlannedJob) -> RunResult:
         with device_lock(self.campaign.stack.settings.home):
             one = Job(workload=job.workload, size=job.size, config=job.config, repeats=job.repeats)
-            return run_many([one], timeout_s=self.campaign.timeout_s, cancel=self.stop)[0]
+            return run_many(
+                [one],
+                timeout_s=self.campaign.timeout_s,
+                cancel=self.stop,
+                on_start=self.inflight.start,
+            )[0]
 
 
 def _known(campaign: Campaign) -> dict[str, tuple[str, float | None]]:
@@ -134,11 +143,14 @@ async def run_budgeted(
     campaign: Campaign,
     cells: Sequence[tuple[str, int, ConfigSpace]],
     budget: Budget,
-    repeats: int,
+    repeats: int | None,
     progress: Callable[[int, int, str], None],
     seed: int = 0,
+    default_repeats: int = 2,
 ) -> CampaignReport:
-    """Measure `cells` ((workload, size, space) each) under `budget` (see the module)."""
+    """Measure `cells` ((workload, size, space) each) under `budget` (see the module), each
+    run with `repeats` timed runs; None: the workload's own (a workload file's `repeats`),
+    else `default_repeats` (the profile's)."""
     started = time.monotonic()
     await campaign.stack.caught_up()
     known = await asyncio.to_thread(_known, campaign)
@@ -155,10 +167,18 @@ async def run_budgeted(
         share = None
         if deadline is not None:
             share = time.monotonic() + max(0.0, deadline - time.monotonic()) / left
-        device = _CellDevice(campaign, loop, workload, size, space, repeats, known, share, stop)
-        progress(total.measured + total.skipped, budget.runs or 0, f"{workload} {size}")
+        times = run_repeats(workload, repeats, default_repeats)
+        device = _CellDevice(campaign, loop, workload, size, space, times, known, share, stop)
+        label = f"{workload} {size}"
+        progress(total.measured + total.skipped, budget.runs or 0, label)
+        campaign.done, campaign.total = total.measured + total.skipped, budget.runs or 0
         try:
-            await asyncio.to_thread(_search, device, min(runs, space_runs), seed + i)
+            await campaign.in_flight(
+                asyncio.to_thread(_search, device, min(runs, space_runs), seed + i),
+                device.inflight,
+                progress,
+                label,
+            )
         except asyncio.CancelledError:
             stop.set()
             raise

@@ -10,14 +10,16 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sqlalchemy import select
 
 from hpc_ds1.db import tables
 from hpc_ds1.devicelock import device_lock
-from hpc_ds1.events import envelope
-from hpc_ds1.measure import config_key, measurement_event
-from hpc_ds1.runner import RunResult
+from hpc_ds1.events import envelope, new_id
+from hpc_ds1.measure import config_key, heartbeats, measurement_event, while_in_flight
+from hpc_ds1.runner import RunResult, run_timeout
+from hpc_ds1.runner.inflight import InFlight, Running, elapsed_words, job_words
 from hpc_ds1.stack import Stack
 
 from .interleave import Window, chunk_rng, measure_interleaved, run_jobs, window_schedule
@@ -47,21 +49,55 @@ class Campaign:
         self,
         stack: Stack,
         device_id: str,
-        timeout_s: float = 300.0,
+        timeout_s: float | None = None,
         *,
         purpose: str = "setup",
         held_out: bool = False,
         seed: int = 0,
+        heartbeat_s: float | None = None,
     ) -> None:
         """purpose "setup" measures training data; "evaluate" (and "truth") with held_out=True
         measure the held-out landscape, which training never reads. `seed` draws the order of
-        the interleaved rounds (with the chunk's workload and size)."""
+        the interleaved rounds (with the chunk's workload and size). `timeout_s`: one run's,
+        for every workload; None: each workload's own (runner.run_timeout). `heartbeat_s`:
+        a run in flight longer than this publishes a run.heartbeat event every this many
+        seconds; None: HPC_DS1_RUN_HEARTBEAT_S."""
         self.stack = stack
         self.device_id = device_id
         self.timeout_s = timeout_s
         self.purpose = purpose
         self.held_out = held_out
         self.seed = seed
+        self.heartbeat_s = heartbeat_s or stack.settings.run_heartbeat_s
+        self.run_id = f"{purpose}-{new_id()[:16]}"  # the heartbeats' subject: this campaign's
+        self.done = 0  # runs finished, and planned, as the progress bar counts them
+        self.total = 0
+
+    async def in_flight(
+        self, measuring: Any, inflight: InFlight, progress: Progress | None, label: str
+    ) -> Any:
+        """Await a measurement thread (`measuring`), showing the run in flight in the
+        progress bar's label and publishing its heartbeats (measure.while_in_flight)."""
+
+        def show(now: Running) -> None:
+            if progress is not None:
+                words = f"{job_words(now.job)} · {elapsed_words(now.elapsed_s)}"
+                progress(self.done, self.total, words)
+
+        beat = heartbeats(
+            self.stack.bus,
+            self.stack.settings.subject_prefix,
+            run_id=self.run_id,
+            device_id=self.device_id,
+            purpose=self.purpose,
+            actor="setup",
+            source=self.purpose,
+            timeout_s=lambda workload: run_timeout(workload, self.timeout_s),
+            progress=lambda: (self.done, self.total),
+        )
+        return await while_in_flight(
+            measuring, inflight, heartbeat_s=self.heartbeat_s, beat=beat, show=show
+        )
 
     def measurement_id(self, job: PlannedJob) -> str:
         return setup_measurement_id(self.device_id, job, self.purpose)
@@ -84,6 +120,7 @@ class Campaign:
         done_ids = await asyncio.to_thread(self.already_measured)
         report = CampaignReport(planned=sum(len(c) for c in chunks))
         done = 0
+        self.total = report.planned
         for chunk in chunks:
             todo = [j for j in chunk if self.measurement_id(j) not in done_ids]
             report.skipped += len(chunk) - len(todo)
@@ -93,9 +130,16 @@ class Campaign:
                 continue
             label = f"{todo[0].workload} {todo[0].size}"
             progress(done, report.planned, label)
+            self.done = done
             stop = threading.Event()
+            inflight = InFlight()
             try:
-                results = await asyncio.to_thread(self._measure, todo, stop)
+                results = await self.in_flight(
+                    asyncio.to_thread(self._measure, todo, stop, inflight),
+                    inflight,
+                    progress,
+                    label,
+                )
             except asyncio.CancelledError:
                 # Ctrl-C: the thread cannot be cancelled, and asyncio.run waits for it at exit;
                 # the launch that runs is killed and no other starts, instead of measuring the
@@ -115,10 +159,13 @@ class Campaign:
         report.measured += len(results)
         report.failed += sum(1 for r in results if not r.ok)
 
-    def _measure(self, jobs: Sequence[PlannedJob], stop: threading.Event) -> list[RunResult]:
+    def _measure(
+        self, jobs: Sequence[PlannedJob], stop: threading.Event, inflight: InFlight | None = None
+    ) -> list[RunResult]:
         rng = chunk_rng(self.seed, self.purpose, jobs[0].workload, jobs[0].size)
+        on_start = inflight.start if inflight is not None else None
         with device_lock(self.stack.settings.home):
-            return measure_interleaved(jobs, rng, run_jobs(self.timeout_s, stop), stop)
+            return measure_interleaved(jobs, rng, run_jobs(self.timeout_s, stop, on_start), stop)
 
     async def _record(self, jobs: Sequence[PlannedJob], results: Sequence[RunResult]) -> None:
         prefix = self.stack.settings.subject_prefix
@@ -173,6 +220,8 @@ async def measure_windows(
         workload, size = chunk[0].workload, chunk[0].size
         label = f"{workload} {size}"
         progress(done, total, label)
+        for campaign in (first, second):
+            campaign.done, campaign.total = done, total
         window = Window(jobs)
         rng = chunk_rng(first.seed, f"{first.purpose}+{second.purpose}", workload, size)
         before, after = window_schedule(
@@ -184,7 +233,9 @@ async def measure_windows(
         for part, (campaign, report, name) in enumerate(
             zip((first, second), reports, jobs, strict=True)
         ):
-            await _window_part(campaign, window, before if part == 0 else after, rng)
+            await _window_part(
+                campaign, window, before if part == 0 else after, rng, progress, label
+            )
             if jobs[name]:  # the pass is whole: recorded before anything else runs
                 results = window.results(name)
                 await campaign._record(jobs[name], results)
@@ -199,18 +250,25 @@ async def measure_windows(
 
 
 async def _window_part(
-    campaign: Campaign, window: Window, labels: Sequence[str], rng: random.Random
+    campaign: Campaign,
+    window: Window,
+    labels: Sequence[str],
+    rng: random.Random,
+    progress: Progress | None = None,
+    label: str = "",
 ) -> None:
     if not labels:
         return
     stop = threading.Event()
+    inflight = InFlight()
 
     def measure() -> None:
+        run = run_jobs(campaign.timeout_s, stop, inflight.start)
         with device_lock(campaign.stack.settings.home):
-            window.run_rounds(labels, rng, run_jobs(campaign.timeout_s, stop), stop)
+            window.run_rounds(labels, rng, run, stop)
 
     try:
-        await asyncio.to_thread(measure)
+        await campaign.in_flight(asyncio.to_thread(measure), inflight, progress, label)
     except asyncio.CancelledError:
         stop.set()  # as Campaign.run: the launch that runs is killed, no other starts
         raise

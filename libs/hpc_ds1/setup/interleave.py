@@ -183,10 +183,15 @@ def window_schedule(
     return before, [b] * (b_rounds - before_b)
 
 
-def run_jobs(timeout_s: float, cancel: threading.Event | None = None) -> RunMany:
-    """run_many with this timeout; setting `cancel` kills the launch that runs (Cancelled)."""
+def run_jobs(
+    timeout_s: float | None,
+    cancel: threading.Event | None = None,
+    on_start: Callable[[Job], None] | None = None,
+) -> RunMany:
+    """run_many with this timeout (None: each workload's own); setting `cancel` kills the
+    launch that runs (Cancelled); `on_start(job)` as each job starts (what is in flight)."""
 
     def run(jobs: Sequence[Job]) -> list[RunResult]:
-        return run_many(jobs, timeout_s=timeout_s, cancel=cancel)
+        return run_many(jobs, timeout_s=timeout_s, cancel=cancel, on_start=on_start)
 
     return run

@@ -46,14 +46,16 @@ def plan_jobs(
     space_for: dict[str, ConfigSpace],
     profile: Profile,
     sizes: Sequence[int] | None = None,
+    repeats: int | None = None,
 ) -> list[list[PlannedJob]]:
     """Chunks of jobs, one chunk per (workload, size): every configuration of the space.
-    `sizes` overrides the profile's sizes for every workload (tiny sizes in tests)."""
+    `sizes` overrides the profile's sizes for every workload (tiny sizes in tests). Each job
+    takes `repeats` timed runs (`setup --repeats`); None: the workload's own (a workload
+    file's `repeats`: 1 for a run of minutes), else the profile's."""
     chunks = []
     for workload in workloads:
         space = space_for[workload.name]
+        times = repeats or workload.repeats or profile.repeats
         for size in sizes or profile.sizes(workload):
-            chunks.append(
-                [PlannedJob(workload.name, size, c, profile.repeats) for c in space.configs()]
-            )
+            chunks.append([PlannedJob(workload.name, size, c, times) for c in space.configs()])
     return chunks

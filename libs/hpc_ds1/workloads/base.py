@@ -89,10 +89,21 @@ class Workload:
     constraints: tuple[str, ...] = ()
     # False: the job has no ranks nor threads to tune (a recorded GPU kernel): both stay at 1
     ranks_and_threads: bool = True
+    # What the workload declares of its own runs (a workload file's `timeout` and `repeats`):
+    # the longest one run may take before it is killed, and the timed runs a measurement takes.
+    # None: the caller's (runner.api.DEFAULT_TIMEOUT_S; setup's profile, a session's request).
+    # A real application's run takes minutes where a kernel's takes milliseconds: one fixed
+    # timeout and one repeat count cannot serve both.
+    timeout_s: float | None = None
+    repeats: int | None = None
 
     def __post_init__(self) -> None:
         if self.constraints and not self.knobs:
             raise ValueError(f"{self.name}: constraints need knobs of the workload's own")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"{self.name}: timeout_s must be > 0 seconds, not {self.timeout_s}")
+        if self.repeats is not None and self.repeats < 1:
+            raise ValueError(f"{self.name}: repeats must be >= 1, not {self.repeats}")
         if self.knobs:
             check_knobs(self.knobs, self.constraints, f"workload {self.name}")
         if not self.module:

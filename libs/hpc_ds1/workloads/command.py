@@ -110,6 +110,9 @@ class CommandWorkload(Workload):
     inputs: tuple[tuple[str, str], ...] = ()
     output: str = ""  # a file the command writes in its folder: the runtime and check read it
     package: str = ""  # what to install when its program is missing (`workloads --check`)
+    # The knob that is the launcher's rank binding ("": none; the launcher's default, and
+    # Open MPI's launch --bind-to none): runner/launch.py binding_words
+    bind_knob: str = ""
 
     @property
     def fresh_folder(self) -> bool:

@@ -16,6 +16,10 @@
     [runtime]                               # one of wall = true (the default) | regex = "..."
     regex = "time=([0-9.eE+-]+)"
 
+`timeout` (seconds, or "10m") and `repeats` in [workload] are its runs' own (runner.run_timeout,
+run_repeats). A knob's table may give it a role: `launcher = "bind"` (the launcher's rank
+binding) or `env = "OMP_PROC_BIND"` (the variable it sets).
+
 A file may declare any number of knobs: integer lists or ranges (`range = [1, 64], scale =
 "pow2"`), ordered values, categories and booleans, and `constraints` between them, ranks and
 threads in [workload] (`constraints = ["p * q == ranks"]`, Kernel Tuner's `restrictions`; the
@@ -35,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.tuning.knobs import Knob, KnobError, parse_knobs
+from hpc_ds1.tuning.knobs import SPEC_KEYS, Knob, KnobError, parse_knobs
 from hpc_ds1.tuning.recorded import RecordedError
 from hpc_ds1.workloads.base import Work, check_knobs
 from hpc_ds1.workloads.command import (
@@ -58,12 +62,27 @@ CHECK_PLACEHOLDERS = ("output",)  # the check command's: a file holding the run'
 SECTIONS = {"workload": True, "knobs": False, "check": True, "runtime": False, "work": False}
 WORKLOAD_KEYS = (
     "name", "description", "command", "launcher", "env", "sizes", "held_out", "warmup", "workdir",
-    "constraints", "inputs", "output", "package",
+    "constraints", "inputs", "output", "package", "timeout", "repeats",
 )  # fmt: skip
 LAUNCHERS = ("mpi", "openmpi", "none")
-BIND_KNOB = "bind_to"  # under launcher "openmpi", a knob of this name is mpirun's --bind-to
+# A knob's role beyond a placeholder (issue 44, item 3), a key of its table:
+#   launcher = "bind"   the launcher's rank binding: Open MPI's --bind-to, MPICH Hydra's
+#                       -bind-to, srun's --cpu-bind (runner/launch.py binding_words)
+#   env = "VAR"         sets the variable VAR of the run's environment (OMP_PROC_BIND,
+#                       OMP_PLACES, ...), as env = { VAR = "{knob}" } would
+# A knob named bind_to is the launcher's binding without saying so (as it was first written).
+BIND_KNOB = "bind_to"
+ROLE_KEYS = ("launcher", "env")
+LAUNCHER_ROLES = ("bind",)
+BIND_VALUES = ("none", "core", "socket", "hwthread", "numa")  # every launcher's words for them
 FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")  # an input or output file
 RECORDED_KEYS = ("name", "description", "recorded", "kernel")
+# `timeout`: seconds, or a duration with its unit ("90s", "10m", "1.5h"); at most a week, as
+# HPC_DS1_MAX_RUN_S. `repeats`: at most 50, as a run request's.
+DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*(s|m|min|h)\s*$")
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+MAX_TIMEOUT_S = 7 * 86400.0
+MAX_REPEATS = 50
 
 
 class WorkloadFileError(ValueError):
@@ -127,6 +146,20 @@ def _knobs(
     if constraints and not table:
         raise where.fail("[workload] constraints", "constrain knobs: declare them under [knobs]")
     reserved = (*BASE_PLACEHOLDERS, *CHECK_PLACEHOLDERS, "tile", "gpu")
+    # the roles are this file's, not the knob's kind: taken off before the knobs are parsed
+    for name, spec in table.items():
+        unknown = sorted(set(spec) - {*SPEC_KEYS, *ROLE_KEYS}) if isinstance(spec, dict) else []
+        if unknown:
+            raise where.fail(
+                f"[knobs.{name}]",
+                f"unknown key(s) {unknown}; accepted: {', '.join((*SPEC_KEYS, *ROLE_KEYS))}",
+            )
+    table = {
+        name: {k: v for k, v in spec.items() if k not in ROLE_KEYS}
+        if isinstance(spec, dict)
+        else spec
+        for name, spec in table.items()
+    }
     try:
         knobs = tuple(parse_knobs(table, str(where.path), reserved))
         check_knobs(knobs, tuple(constraints), str(where.path))
@@ -140,6 +173,78 @@ def _in_workload_words(message: str) -> str:
     message = re.sub(r": knobs\.([A-Za-z0-9_]+)\.?", r": [knobs.\1] ", message, count=1)
     message = message.replace("] : ", "]: ")
     return re.sub(r": constraints\[", ": [workload] constraints[", message, count=1)
+
+
+def _roles(
+    where: _Where,
+    data: Mapping[str, Any],
+    knobs: tuple[Knob, ...],
+    launcher: str,
+    env: tuple[tuple[str, str], ...],
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The knob that is the launcher's rank binding ("" if none) and the env entries the knobs
+    set (`env = "VAR"`), checked: the binding only under a launcher that binds ("mpi",
+    "openmpi"), with values it accepts; a variable set once."""
+    table = data.get("knobs", {})
+    by_name = {k.name: k for k in knobs}
+    bind = ""
+    out: list[tuple[str, str]] = []
+    given = {name for name, _ in env}
+    for name, spec in table.items():
+        if not isinstance(spec, dict):
+            continue
+        field = f"[knobs.{name}]"
+        role = spec.get("launcher")
+        if role is not None:
+            if role not in LAUNCHER_ROLES:
+                raise where.fail(
+                    f"{field} launcher",
+                    f'{role!r}; accepted: "bind" (the knob is the launcher\'s rank binding: '
+                    "Open MPI's --bind-to, MPICH's -bind-to, srun's --cpu-bind)",
+                )
+            if bind:
+                raise where.fail(
+                    f"{field} launcher",
+                    f"[knobs.{bind}] is the launcher's binding already; one knob may be",
+                )
+            bind = name
+        variable = spec.get("env")
+        if variable is not None:
+            if (
+                not isinstance(variable, str)
+                or not ENV_NAME.match(variable)
+                or (variable.upper().startswith("HPC_DS1_"))
+            ):
+                raise where.fail(
+                    f"{field} env",
+                    f"{variable!r}; accepted: the name of the variable this knob sets, e.g. "
+                    "\"OMP_PROC_BIND\" (letters, digits and '_', not HPC_DS1_*)",
+                )
+            if variable in given:
+                raise where.fail(
+                    f"{field} env",
+                    f"{variable} is set already (by [workload] env or another knob): set it once",
+                )
+            given.add(variable)
+            out.append((variable, "{" + name + "}"))
+    if not bind and BIND_KNOB in by_name and launcher in ("mpi", "openmpi"):
+        bind = BIND_KNOB
+    if bind:
+        if launcher not in ("mpi", "openmpi"):
+            raise where.fail(
+                f"[knobs.{bind}] launcher",
+                f'launcher "{launcher}" binds no ranks: the command launches itself, so '
+                f'use {{{bind}}} in it instead; accepted with launcher "mpi" or "openmpi"',
+            )
+        knob = by_name[bind]
+        wrong = [v for v in knob.values if v not in BIND_VALUES]
+        if wrong:
+            raise where.fail(
+                f"[knobs.{bind}] values",
+                f"{wrong} cannot be a rank binding; accepted: "
+                + ", ".join(f'"{v}"' for v in BIND_VALUES),
+            )
+    return bind, tuple(out)
 
 
 def _as_tile(knobs: tuple[Knob, ...], constraints: tuple[str, ...]) -> Knob | None:
@@ -273,6 +378,37 @@ def _work(where: _Where, data: Mapping[str, Any]) -> tuple[Callable[[int], Work]
     return work, unit
 
 
+def _timeout(where: _Where, value: Any) -> float | None:
+    """The longest one run of the command may take (seconds), or None when not declared."""
+    if value is None:
+        return None
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (found := DURATION.match(value)):
+        seconds = float(found.group(1)) * DURATION_UNITS[found.group(2)]
+    if seconds is None or not 0 < seconds <= MAX_TIMEOUT_S:
+        raise where.fail(
+            "[workload] timeout",
+            f"{value!r}; accepted: the longest one run may take, in seconds (e.g. 600) or with "
+            f'a unit ("90s", "10m", "1.5h"), more than 0 and at most {MAX_TIMEOUT_S:g} s (a week)',
+        )
+    return seconds
+
+
+def _repeats(where: _Where, value: Any) -> int | None:
+    """The timed runs of a measurement, or None when not declared."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPEATS:
+        raise where.fail(
+            "[workload] repeats",
+            f"{value!r}; accepted: a whole number of timed runs per measurement, 1 to "
+            f"{MAX_REPEATS} (1 for a run of minutes)",
+        )
+    return value
+
+
 def _env(where: _Where, table: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     env = table.get("env")
     if env is None:
@@ -391,12 +527,14 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | Rec
     names = tuple(k.name for k in knobs) or ((tile.name,) if tile else ())
     accepted = (*BASE_PLACEHOLDERS, *names)
     env = _env(where, table)
+    bind, knob_env = _roles(where, data, knobs or ((tile,) if tile else ()), launcher, env)
+    env = (*env, *knob_env)
     used = _templates(where, command, env, accepted)
     inputs = _inputs(where, table.get("inputs"), path, accepted)
     for _, text in inputs:
         used |= {name for name, _, _ in template_fields(text)}
-    if launcher == "openmpi" and BIND_KNOB in names:
-        used.add(BIND_KNOB)
+    if bind:
+        used.add(bind)
     unused = [p for p in ("threads", *names) if p not in used]
     if launcher == "none" and "ranks" not in used:
         unused.insert(0, "ranks")
@@ -465,6 +603,9 @@ def parse_workload(data: Mapping[str, Any], path: Path) -> CommandWorkload | Rec
         inputs=inputs,
         output=output,
         package=package,
+        bind_knob=bind,
+        timeout_s=_timeout(where, table.get("timeout")),
+        repeats=_repeats(where, table.get("repeats")),
     )
 
 
