@@ -7,6 +7,12 @@ tiny real setup (gemm and montecarlo at small sizes) and trains the model, then:
   throughput  C concurrent clients (httpx, keep-alive) for N requests: requests/s, p50/p99.
 Every request is a real decision: a decision event is appended to the log for each one.
 
+`--tls both` (issue 45): `serve --host 0.0.0.0` twice on the same prepared home, plain HTTP
+(HPC_DS1_TLS=off) then HTTPS (its own CA), the load sent to this machine's own non-loopback
+address both times (loopback stays plain by design), and the ratio of their requests/s with 8
+clients (target: HTTPS keeps at least 90 %). wrk does not verify certificates; the handshake
+and the encryption are what it pays for.
+
 Options: `--home DIR` keeps the prepared home there and reuses it on the next run (no second
 setup and training); `--profile DIR` records py-spy flame graphs (SVG) of `serve` and its
 subprocesses during each measurement (needs py-spy, in the dev extra, and ptrace rights)."""
@@ -18,6 +24,7 @@ import asyncio
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,8 +37,9 @@ import orjson
 import psutil
 from loadgen import Load, run_httpx, run_wrk, wrk_path
 
-from hpc_ds1.credentials import read_cli_token
+from hpc_ds1.credentials import reachable_host, read_cli_token
 from hpc_ds1.hardware import fingerprint
+from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
@@ -154,6 +162,8 @@ async def main(
     extra: list[str],
     client: str = "auto",
     seconds: float = 10.0,
+    tls_mode: str = "loopback",
+    rounds: int = 1,
 ) -> None:
     home = kept or Path(tempfile.mkdtemp(prefix="hpcds1-bench-decide-"))
     settings = Settings(home=home, port=free_port(), log_level="warning")
@@ -171,26 +181,81 @@ async def main(
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
     env.update(HPC_DS1_HOME=str(home), HPC_DS1_PORT=str(settings.port), HPC_DS1_LOG_LEVEL="warning")
     env.update(item.partition("=")[::2] for item in extra)
+    modes: list[str | None] = {"loopback": [None], "off": ["off"], "on": ["on"]}.get(
+        tls_mode, ["off", "on"]
+    )
+    measured: dict[str | None, list[tuple[Load, Load]]] = {mode: [] for mode in modes}
+    for _ in range(rounds if len(modes) == 2 else 1):  # alternating: others' load hits both
+        for mode in modes:
+            mode_env = dict(env)
+            if mode is not None:
+                tls_setting = "auto" if mode == "on" else "off"
+                mode_env.update(HPC_DS1_HOST="0.0.0.0", HPC_DS1_TLS=tls_setting)
+            measured[mode].append(
+                await _against_serve(
+                    mode_env, settings.port, mode, home, n, profile, client, seconds
+                )
+            )
+    if len(modes) == 2:
+        plain = statistics.median(many.rps for _, many in measured["off"])
+        secured = statistics.median(many.rps for _, many in measured["on"])
+        ratio = secured / plain
+        by_round = "; ".join(
+            f"{b[1].rps:.0f} / {a[1].rps:.0f}"
+            for a, b in zip(measured["off"], measured["on"], strict=True)
+        )
+        print(
+            f"HTTPS / HTTP, same run, {len(measured['on'])} round(s) alternating, 8 clients: "
+            f"median {secured:.0f} / {plain:.0f} requests/s = {100 * ratio:.1f} % (target >= "
+            f"90 %: {'met' if ratio >= 0.9 else 'MISSED'}); by round (https / http): {by_round}"
+        )
+
+
+async def _against_serve(
+    env: dict[str, str],
+    port: int,
+    mode: str | None,
+    home: Path,
+    n: int,
+    profile: Path | None,
+    client: str,
+    seconds: float,
+) -> tuple[Load, Load]:
+    """One `serve` of the prepared home, measured with 1 then 8 clients; printed."""
     serve = subprocess.Popen(
         [str(Path(sys.executable).parent / "hpc-ds1"), "serve"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{settings.port}"
+    local = f"http://127.0.0.1:{port}"
+    if mode is None:
+        url, where = local, "loopback"
+    else:
+        host = reachable_host("0.0.0.0")
+        if host.startswith("127.") or not host[0].isdigit():
+            raise SystemExit(f"no non-loopback address to measure on (found {host})")
+        url = f"{'https' if mode == 'on' else 'http'}://{host}:{port}"
+        where = f"{url.split(':')[0]} to {host} (serve --host 0.0.0.0)"
     try:
-        async with httpx.AsyncClient(base_url=url) as http:
+        async with httpx.AsyncClient(base_url=local) as http:
             while (await _ready(http)) is False:
                 if serve.poll() is not None:
                     raise SystemExit("hpc-ds1 serve exited")
                 await asyncio.sleep(0.2)
             # Every call carries a credential: the home's own CLI token, as the CLI sends it.
             headers = await _home_credential(http, home)
+        if mode == "on":
+            pin = tls.home_pin(home)
+            async with httpx.AsyncClient(
+                verify=tls.client_context(tls.HomeTLS.of(home).ca_cert.read_text())
+            ) as pinned:  # HTTPS really served, with the home's CA
+                assert (await pinned.get(f"{url}/healthz")).status_code == 200, pin
         cpu_start = cpu_by_process(serve.pid)
-        spy = (serve.pid, profile, "decide-1-client")
+        spy = (serve.pid, profile, f"decide-1-client{'-' + mode if mode else ''}")
         one = await asyncio.to_thread(measure, url, n, 1, headers, spy, client, seconds)
         cpu_one = cpu_by_process(serve.pid)
-        spy = (serve.pid, profile, "decide-8-clients")
+        spy = (serve.pid, profile, f"decide-8-clients{'-' + mode if mode else ''}")
         many = await asyncio.to_thread(measure, url, n, 8, headers, spy, client, seconds)
         cpu_many = cpu_by_process(serve.pid)
     finally:
@@ -198,7 +263,7 @@ async def main(
         serve.wait(60)
     warm = 50 if one.client == "httpx" else 0  # wrk's warm-up requests are not counted
     print(
-        f"POST /v1/decide with telemetry over loopback to `hpc-ds1 serve` (gateway -> NATS -> "
+        f"POST /v1/decide with telemetry, {where}, to `hpc-ds1 serve` (gateway -> NATS -> "
         f"decision service -> decision event), client {one.client}, load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
@@ -207,8 +272,10 @@ async def main(
         print(
             f"  {label}: p50 {load.p50_ms:.2f} ms  p99 {load.p99_ms:.2f} ms  "
             f"{load.rps:.0f} requests/s ({load.requests} in {load.seconds:.1f} s)  "
-            f"{cpu_per_request(*cpu, load.requests + warm)}"
+            f"{cpu_per_request(*cpu, load.requests + warm)}",
+            flush=True,
         )
+    return one, many
 
 
 async def _home_credential(http: httpx.AsyncClient, home: Path) -> dict[str, str]:
@@ -253,7 +320,33 @@ if __name__ == "__main__":
     parser.add_argument(
         "--seconds", type=float, default=10.0, help="length of each wrk measurement"
     )
+    parser.add_argument(
+        "--tls",
+        choices=("loopback", "off", "on", "both"),
+        default="loopback",
+        help="loopback: plain HTTP on 127.0.0.1 (as before); off/on: serve --host 0.0.0.0, "
+        "plain/HTTPS to this machine's address; both: off then on, with the ratio",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --tls both: rounds of (http, https), alternating; the ratio is of medians",
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
     if any("=" not in item for item in args.env):
         parser.error("--env takes NAME=VALUE")
-    asyncio.run(main(args.n, args.home, args.profile, args.env, args.client, args.seconds))
+    asyncio.run(
+        main(
+            args.n,
+            args.home,
+            args.profile,
+            args.env,
+            args.client,
+            args.seconds,
+            args.tls,
+            args.rounds,
+        )
+    )

@@ -106,7 +106,7 @@ def one_fault(fleet: Fleet, kind: str, tally: Tally) -> None:
         tally.jobs_left += sum(
             1 for p in held if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
         )
-        victim.start(fleet.server_for(victim), fleet.join_token)
+        fleet.start_agent(victim)
     fleet.wait_online({victim.device_id})
     wait_for(
         lambda: fleet.api.devices()[victim.device_id]["working_on"] is None,

@@ -1,6 +1,12 @@
 """One gateway serving N simulated long-polling agents on loopback: dispatch latency and the
 gateway's CPU. Run: `python benchmarks/bench_longpoll.py [--agents 1000] [--items 2000]`.
 
+`--tls both` (issue 45) runs it twice in one run, plain HTTP then HTTPS, each on a fresh home,
+the gateway bound to 0.0.0.0 and the agents connecting to this machine's own non-loopback
+address (loopback stays plain HTTP by design), the HTTPS agents trusting the home's CA alone
+(pinned, as real agents do); it prints both and the ratio of the dispatch p50s (target: TLS
+costs at most 10 %). `--tls on` / `off`: one of them on that address.
+
 It owns a fresh temporary home (embedded NATS and Postgres, or the servers named by
 HPC_DS1_NATS_URL / HPC_DS1_DATABASE_URL) with the projector in this process, and runs the
 gateway alone in its own process (`hpc-ds1 service gateway`), so its CPU is its own. Then:
@@ -26,6 +32,7 @@ import math
 import os
 import random
 import resource
+import ssl
 import statistics
 import subprocess
 import sys
@@ -40,8 +47,10 @@ import orjson
 import psutil
 
 from hpc_ds1 import log
+from hpc_ds1.credentials import reachable_host
 from hpc_ds1.events import TaskPlaced, TaskSubmitted, TokenCreated, envelope
 from hpc_ds1.fleet.work import WorkItem, consumer_name, enqueue, ensure_work_stream
+from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
@@ -61,6 +70,7 @@ class LongpollConfig:
     nats_sync: str = "always"
     home: Path | None = None
     quiet: bool = False
+    tls: bool | None = None  # None: loopback, plain; False/True: this machine's address, HTTPS?
 
 
 @dataclass
@@ -84,6 +94,7 @@ class LongpollResult:
     gateway_rss_mib: float
     heartbeat_interval_s: float = 5.0
     gateway_exit: int | None = None
+    transport: str = "http on loopback"
 
 
 class Agent:
@@ -97,11 +108,15 @@ class Agent:
         wait_s: float,
         on_item: Callable[[str, dict[str, Any]], None],
         errors: list[str],
+        host: str = "127.0.0.1",
+        context: ssl.SSLContext | None = None,
     ) -> None:
         self.device = device
         self.port = port
+        self.host = host
+        self.context = context  # TLS trusting the home's CA alone, as a pinned agent does
         self.request = (
-            f"GET /v1/agent/work?wait={wait_s:g} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"GET /v1/agent/work?wait={wait_s:g} HTTP/1.1\r\nHost: {host}:{port}\r\n"
             f"Authorization: Bearer {token}\r\nAccept: application/json\r\n\r\n"
         ).encode()
         self.on_item = on_item
@@ -110,7 +125,7 @@ class Agent:
         self.empty = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.context)
         try:
             while not stop.is_set():
                 writer.write(self.request)
@@ -211,6 +226,7 @@ async def longpoll(config: LongpollConfig) -> LongpollResult:
     settings = Settings(
         home=home,
         port=port,
+        host="127.0.0.1" if config.tls is None else "0.0.0.0",
         log_level="warning",
         long_poll_s=max(config.wait_s, 1.0),
         heartbeat_interval_s=config.heartbeat_interval_s,
@@ -261,6 +277,19 @@ async def longpoll(config: LongpollConfig) -> LongpollResult:
         return await _measure(config, settings, stack, tokens, placed_on)
 
 
+def _transport(config: LongpollConfig, settings: Settings) -> tuple[str, ssl.SSLContext | None]:
+    """Where the agents connect, and their TLS context (None: plain)."""
+    if config.tls is None:
+        return "127.0.0.1", None
+    host = reachable_host("0.0.0.0")
+    if host.startswith("127.") or not host[0].isdigit():
+        raise SystemExit(f"no non-loopback address to measure on (found {host})")
+    if not config.tls:
+        return host, None
+    paths, _ = tls.ensure_server_cert(settings.home, [host])
+    return host, tls.client_context(paths.ca_cert.read_text())
+
+
 async def _measure(
     config: LongpollConfig,
     settings: Settings,
@@ -278,6 +307,11 @@ async def _measure(
     )
     if settings.nats_url and settings.database_url:
         env.update(HPC_DS1_NATS_URL=settings.nats_url, HPC_DS1_DATABASE_URL=settings.database_url)
+    host, context = _transport(config, settings)
+    env.update(HPC_DS1_HOST=settings.host)
+    if context is not None:
+        paths = tls.HomeTLS.of(settings.home)
+        env.update(HPC_DS1_TLS_CERT=str(paths.cert), HPC_DS1_TLS_KEY=str(paths.key))
     gateway = subprocess.Popen(
         [str(Path(sys.executable).parent / "hpc-ds1"), "service", "gateway"],
         env=env,
@@ -306,7 +340,10 @@ async def _measure(
             all_in.set()
 
     stop = asyncio.Event()
-    agents = [Agent(d, t, settings.port, config.wait_s, on_item, errors) for d, t in tokens.items()]
+    agents = [
+        Agent(d, t, settings.port, config.wait_s, on_item, errors, host, context)
+        for d, t in tokens.items()
+    ]
     runners: list[asyncio.Task[None]] = []
     me = psutil.Process()
     try:
@@ -390,6 +427,7 @@ async def _measure(
         gateway_rss_mib=rss,
         heartbeat_interval_s=settings.heartbeat_interval_s,
         gateway_exit=exit_code,
+        transport=f"{'https' if context else 'http'} to {host}",
     )
 
 
@@ -420,7 +458,7 @@ def percentile(values: list[float], q: float) -> float:
 def summary(result: LongpollResult) -> str:
     ms = [1000 * v for v in result.latencies] or [float("nan")]
     lines = [
-        f"One gateway process, {result.agents} long-polling agents on loopback "
+        f"One gateway process, {result.agents} long-polling agents, {result.transport} "
         f"({os.cpu_count()} CPUs here, shared with NATS, Postgres and the agents):",
         f"  connect  every agent polling its own queue after {result.connect_s:.1f} s "
         "(first poll of each device makes its durable consumer)",
@@ -457,7 +495,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--nats-sync", choices=("always", "default"), default="always", help="NATS fsync policy"
     )
+    parser.add_argument(
+        "--tls",
+        choices=("loopback", "off", "on", "both"),
+        default="loopback",
+        help="loopback: plain HTTP on 127.0.0.1 (as before); off/on: plain/HTTPS to this "
+        "machine's own address; both: off then on in one run, with the ratio of their p50s",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --tls both: this many rounds of (http, https), alternating, so that the "
+        "load others put on the machine falls on both alike; the ratio is of the median p50s",
+    )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
     config = LongpollConfig(
         agents=args.agents,
         items=args.items,
@@ -468,9 +522,44 @@ def main(argv: list[str] | None = None) -> int:
         nats_sync=args.nats_sync,
     )
     log.configure("warning")
-    result = asyncio.run(longpoll(config))
-    print(summary(result))
-    return 1 if result.errors else 0
+    modes = {"loopback": [None], "off": [False], "on": [True], "both": [False, True]}[args.tls]
+    results: dict[bool | None, list[LongpollResult]] = {mode: [] for mode in modes}
+    for _ in range(args.rounds if args.tls == "both" else 1):
+        for mode in modes:
+            config.tls = mode
+            result = asyncio.run(longpoll(config))
+            print(summary(result), flush=True)
+            results[mode].append(result)
+    if args.tls == "both":
+        print(compare(results[False], results[True]))
+    return 1 if any(r.errors for rs in results.values() for r in rs) else 0
+
+
+def compare(plain: list[LongpollResult], secured: list[LongpollResult]) -> str:
+    """HTTPS against HTTP of the same run: the median over rounds of each round's p50 (and
+    p99, CPU per item), each round's figures listed."""
+
+    def p50(r: LongpollResult) -> float:
+        return statistics.median(1000 * v for v in r.latencies)
+
+    def p99(r: LongpollResult) -> float:
+        return percentile([1000 * v for v in r.latencies], 0.99)
+
+    def cpu_ms(r: LongpollResult) -> float:
+        return 1000 * r.dispatch_cpu * r.dispatch_s / max(1, r.items)
+
+    def both(f: Callable[[LongpollResult], float]) -> tuple[float, float]:
+        return statistics.median(f(r) for r in secured), statistics.median(f(r) for r in plain)
+
+    (s50, h50), (s99, h99), (scpu, hcpu) = both(p50), both(p99), both(cpu_ms)
+    ratio = s50 / h50
+    rounds = "; ".join(f"{p50(b):.2f} / {p50(a):.2f}" for a, b in zip(plain, secured, strict=True))
+    return (
+        f"HTTPS / HTTP, same run, {len(plain)} round(s) alternating: dispatch p50 {s50:.2f} / "
+        f"{h50:.2f} ms = x{ratio:.3f} (target <= x1.10: {'met' if ratio <= 1.10 else 'MISSED'}); "
+        f"p99 {s99:.2f} / {h99:.2f} ms; gateway CPU per item {scpu:.2f} / {hcpu:.2f} ms; "
+        f"p50 by round (https / http): {rounds}"
+    )
 
 
 if __name__ == "__main__":

@@ -22,10 +22,18 @@ class ApprovalError(Exception):
 
 
 async def decide_approval(
-    bus: EventBus, approval_id: str, approved: bool, by: str, role: str, note: str = ""
+    bus: EventBus,
+    approval_id: str,
+    approved: bool,
+    by: str,
+    role: str,
+    note: str = "",
+    identity: str | None = None,
 ) -> ApprovalDecided:
     """Record an engineer's verdict on a waiting move, exactly once (404: no such approval;
-    409: already decided, also when two engineers answer at the same time)."""
+    409: already decided, also when two engineers answer at the same time). `by` names who
+    (the token's holder, or the person signed in at the site's OpenID provider); `identity` is
+    that person at the provider, '<issuer>#<sub>' (None: a token's holder)."""
     if not SUBJECT_TOKEN.match(approval_id) or len(approval_id) > 128:
         raise ApprovalError(422, "an approval id is 1 to 128 letters, digits, '_', '-' or ':'")
     version = await bus.aggregate_version("approval", approval_id)
@@ -45,6 +53,7 @@ async def decide_approval(
         by=by,
         role=role,
         note=note,
+        identity=identity,
     )
     try:
         await bus.publish(

@@ -395,9 +395,46 @@ def reachable_host(bind_host: str) -> str:
     return socket.gethostname() or "127.0.0.1"
 
 
-def join_command(server: str, token: str) -> str:
-    """The command that joins a device to the coordinator at `server`."""
-    return f"hpc-ds1 agent --server {server.rstrip('/')} --token {token}"
+def join_command(server: str, token: str, ca_pin: str | None = None) -> str:
+    """The command that joins a device to the coordinator at `server`; with the CA pin of an
+    HTTPS coordinator (kubeadm's --discovery-token-ca-cert-hash), which the agent checks."""
+    command = f"hpc-ds1 agent --server {server.rstrip('/')} --token {token}"
+    return f"{command} --ca-cert-hash {ca_pin}" if ca_pin else command
+
+
+def _loopback_bind(host: str) -> bool:
+    return host.startswith("127.") or host in ("localhost", "::1")
+
+
+def serves_tls(settings: Settings, configured_only: bool = True) -> bool:
+    """Whether the gateway of these settings serves HTTPS to other machines (issue 45): bound
+    beyond loopback, TLS not turned off, and (`configured_only`) a certificate in the settings,
+    as `serve` puts the home's own there; without `configured_only`: whether `serve` will."""
+    if settings.tls == "off" or _loopback_bind(settings.host):
+        return False
+    return not configured_only or settings.tls_cert is not None
+
+
+def public_server(settings: Settings, port: int | None = None) -> str:
+    """The URL other machines reach this gateway at: https when it serves TLS."""
+    scheme = "https" if serves_tls(settings) else "http"
+    port = port or settings.port
+    host = reachable_host(settings.host)
+    return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
+
+
+def join_pin(settings: Settings) -> str | None:
+    """The pin a join command carries: the home's CA's when the gateway serves the home's own
+    certificate; None for plain HTTP and for a site certificate (agents then verify it against
+    their system trust store)."""
+    if not serves_tls(settings) or settings.tls_cert is None:
+        return None
+    from .infra.tls import HomeTLS, home_pin
+
+    own = HomeTLS.of(settings.home).cert
+    if Path(settings.tls_cert).resolve() != own.resolve():
+        return None
+    return home_pin(settings.home)
 
 
 def new_login_token(home: Path) -> str:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -159,6 +159,13 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(
         default=5.0, gt=0, le=300, description="How often an agent says it is alive."
     )
+    run_heartbeat_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="While one real run takes longer than this, a run.heartbeat event says so "
+        "every this many seconds (what runs, for how long; setup, evaluate).",
+    )
     offline_after_s: float = Field(
         default=20.0,
         gt=0,
@@ -214,6 +221,81 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
 
+    # Issue 45, sign-in and sessions that end: the console's own sessions (services/gateway/
+    # console_sessions.py) and the site's OpenID provider (services/gateway/oidc.py,
+    # docs/sign-in.md).
+    console_idle_s: float = Field(
+        default=1800.0,
+        ge=1,
+        le=7 * 86400,
+        description="A console session unused this long (s) is over: the browser signs in "
+        "again. Default 30 minutes.",
+    )
+    console_max_s: float = Field(
+        default=43200.0,
+        ge=1,
+        le=90 * 86400,
+        description="A console session is over this long (s) after its sign-in, however busy "
+        "it was. Default 12 hours.",
+    )
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="The site's OpenID provider (its issuer URL, exactly as its discovery "
+        "document says it); with a client id and secret the console signs people in there.",
+    )
+    oidc_client_id: str | None = Field(default=None, description="This console's client id.")
+    oidc_client_secret: SecretStr | None = Field(
+        default=None, description="This console's client secret at the provider (no default)."
+    )
+    oidc_scopes: str = Field(
+        default="openid profile email groups",
+        description="Scopes asked for (space-separated; 'openid' is always asked).",
+    )
+    oidc_role_claim: str = Field(
+        default="groups",
+        description="The claim (ID token or userinfo) whose value or values map to a role.",
+    )
+    oidc_roles: dict[str, Literal["viewer", "engineer", "admin"]] = Field(
+        default_factory=dict,
+        description='Claim value -> role, as JSON: {"hpc-admins": "admin", "hpc": "engineer"}. '
+        "A person with several mapped values gets the highest role.",
+    )
+    oidc_default_role: Literal["viewer", "engineer", "admin"] | None = Field(
+        default=None,
+        description="The role of a person none of whose values is mapped; unset: refused.",
+    )
+    oidc_name_claim: str = Field(
+        default="preferred_username",
+        description="The claim that names the person in approvals and logs (then 'email', "
+        "then 'sub' when it is missing).",
+    )
+    oidc_redirect_url: str | None = Field(
+        default=None,
+        description="The callback URL registered at the provider; unset: this gateway's URL "
+        "as the browser reached it + /auth/oidc/callback.",
+    )
+
+    # Issue 45, TLS by default off loopback (hpc_ds1/infra/tls.py, docs/tls.md).
+    tls: Literal["auto", "off"] = Field(
+        default="auto",
+        description="`auto`: `serve` bound beyond loopback serves HTTPS to every connection not "
+        "made to loopback, with the site's certificate (tls_cert, tls_key) or else the home's "
+        "own CA's (made on the first start); `off`: plain HTTP (behind a TLS proxy).",
+    )
+    tls_cert: Path | None = Field(
+        default=None,
+        description="The site's server certificate (PEM, leaf first, then intermediates); with "
+        "tls_key. Read again when the file changes.",
+    )
+    tls_key: Path | None = Field(
+        default=None, description="The private key of tls_cert (PEM, mode 0600)."
+    )
+    tls_names: str = Field(
+        default="",
+        description="More names or addresses for the home's server certificate, comma-separated "
+        "(a NAT's public address, a DNS alias); the machine's own are always in it.",
+    )
+
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
@@ -227,6 +309,50 @@ class Settings(BaseSettings):
         if not _NAME.match(value):
             raise ValueError(f"{value!r}: use letters, digits, '_' or '-' only")
         return value
+
+    @field_validator("oidc_issuer", "oidc_redirect_url")
+    @classmethod
+    def _oidc_url(cls, value: str | None) -> str | None:
+        # https, or http on this machine only (a provider run by the tests, a tunnel): the
+        # provider's answers and the callback's code carry the sign-in.
+        if value is None or not value.strip():
+            return None
+        from urllib.parse import urlsplit
+
+        value = value.strip()
+        parts = urlsplit(value)
+        loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
+        if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+            raise ValueError(
+                f"{value!r} is not an https URL (http is accepted on 127.0.0.1/localhost only)"
+            )
+        if not parts.hostname or parts.query or parts.fragment:
+            raise ValueError(f"{value!r}: give an https URL with a host, no query or fragment")
+        return value
+
+    @model_validator(mode="after")
+    def _oidc_complete(self) -> Settings:
+        if self.oidc_issuer is None:
+            return self
+        missing = [
+            name
+            for name, value in (
+                ("HPC_DS1_OIDC_CLIENT_ID", self.oidc_client_id),
+                ("HPC_DS1_OIDC_CLIENT_SECRET", self.oidc_client_secret),
+            )
+            if not value
+        ]
+        if missing:
+            raise ValueError(
+                f"HPC_DS1_OIDC_ISSUER is set: set {' and '.join(missing)} too (the client "
+                "registered for this console at the provider)"
+            )
+        if not self.oidc_roles and self.oidc_default_role is None:
+            raise ValueError(
+                "HPC_DS1_OIDC_ISSUER is set but no one could get a role: set HPC_DS1_OIDC_ROLES "
+                '(JSON, e.g. {"hpc-admins": "admin"}) or HPC_DS1_OIDC_DEFAULT_ROLE'
+            )
+        return self
 
     @field_validator("forwarded_allow_ips")
     @classmethod
@@ -280,3 +406,18 @@ class Settings(BaseSettings):
     @property
     def models_dir(self) -> Path:
         return self.home / "models"
+
+    # Issue 45, TLS: a site certificate is a pair; each named file must be there.
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        given = {"HPC_DS1_TLS_CERT": self.tls_cert, "HPC_DS1_TLS_KEY": self.tls_key}
+        if (self.tls_cert is None) != (self.tls_key is None):
+            missing = next(name for name, value in given.items() if value is None)
+            raise ValueError(
+                f"a site certificate needs both HPC_DS1_TLS_CERT and HPC_DS1_TLS_KEY: set "
+                f"{missing} too (serve --tls-cert/--tls-key)"
+            )
+        for name, value in given.items():
+            if value is not None and not value.expanduser().is_file():
+                raise ValueError(f"{name}: {value} is not a file (a PEM certificate or key)")
+        return self

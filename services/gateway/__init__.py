@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.credentials import register_cli_token, register_join_token
+from hpc_ds1.infra.tls import uvicorn_options as tls_options
 from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
 
@@ -118,6 +119,8 @@ async def _serve(ctx: ServiceContext) -> None:
         # Which replica answered (a container's hostname, then the pid).
         headers=[(REPLICA_HEADER, f"{socket.gethostname()}/{os.getpid()}")],
         **proxy_headers(ctx.settings.forwarded_allow_ips),
+        # Issue 45: HTTPS for every connection not made to loopback when a certificate is set.
+        **tls_options(ctx.settings),
     )
     server = _EmbeddedServer(config)
     # Binding here turns a busy port into a clear error instead of uvicorn's sys.exit.

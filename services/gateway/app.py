@@ -29,11 +29,12 @@ from .auth import auth_router, install_auth, require
 from .console import install_console
 from .decide import decide_router
 from .devices_api import devices_router
-from .edge import BodyLimit, RequestLog
+from .edge import BodyLimit, RequestLog, SecurityHeaders
 from .evaluation_api import evaluation_router
 from .fleet_api import fleet_router
 from .machine_api import machine_router
 from .metrics import install_metrics
+from .oidc import install_oidc
 from .recommend_api import recommend_router
 from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
@@ -177,6 +178,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app.include_router(fleet_router(settings, bus, engine))
     app.include_router(devices_router(settings, bus, engine))
     install_console(app, settings, bus, engine, redact=_redact)
+    install_oidc(app, settings, engine)  # the site's sign-in, when HPC_DS1_OIDC_ISSUER is set
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -204,6 +206,8 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt=body_limits(settings))
     app.add_middleware(RequestLog)
+    # Outside the request log: every response, its JSON 500 included, carries them.
+    app.add_middleware(SecurityHeaders)
     if settings.metrics:  # last: its middleware times everything above, the request log too
         install_metrics(app, settings, bus, engine)
     _declare_internal_error(app)

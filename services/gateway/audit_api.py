@@ -7,6 +7,7 @@ import asyncio
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, Field
 from sqlalchemy import Engine, func, select
 
 from hpc_ds1.db import tables
@@ -79,6 +80,74 @@ def query_audit(
         }
         for row in rows
     ]
+
+
+# Issue 45: what an admin does, as events with their actor (the envelope's).
+ADMIN_EVENT_TYPES: tuple[str, ...] = (
+    "token.created",
+    "token.revoked",
+    "device.draining",
+    "device.left",
+)
+
+
+class AdminAction(BaseModel):
+    seq: int
+    time: str | None
+    type: str
+    actor: str | None = Field(description="Who did it (a person, the CLI's user, a device).")
+    source: str | None
+    target: str = Field(description="The token or device acted on.")
+    summary: str
+
+
+class AdminActionsPage(BaseModel):
+    actions: list[AdminAction]
+    next_before: int | None
+
+
+def _summary(kind: str, data: dict[str, Any]) -> tuple[str, str]:
+    """(what was acted on, a sentence) for one admin event; never a token's hash."""
+    why = f" ({data['reason']})" if data.get("reason") else ""
+    if kind == "token.created":
+        until = f", expires {data['expires_at']}" if data.get("expires_at") else ""
+        return str(data.get("token_id")), (
+            f"token for {data.get('holder')} ({data.get('role')}{until}) created{why}"
+        )
+    if kind == "token.revoked":
+        return str(data.get("token_id")), f"token revoked{why}"
+    if kind == "device.draining":
+        return str(data.get("device_id")), (
+            "device drained" if data.get("draining") else "device resumed"
+        )
+    return str(data.get("device_id")), f"device left: {data.get('reason', '')}"
+
+
+def query_admin_actions(engine: Engine, before: int | None, limit: int) -> list[dict[str, Any]]:
+    t = tables.events
+    query = select(t.c.seq, t.c.time, t.c.type, t.c.actor, t.c.source, t.c.data).where(
+        t.c.type.in_(ADMIN_EVENT_TYPES), t.c.valid.is_(True)
+    )
+    if before is not None:
+        query = query.where(t.c.seq < before)
+    with engine.connect() as conn:
+        rows = conn.execute(query.order_by(t.c.seq.desc()).limit(limit)).mappings().all()
+    actions = []
+    for row in rows:
+        data = row["data"] if isinstance(row["data"], dict) else {}
+        target, summary = _summary(row["type"], data)
+        actions.append(
+            {
+                "seq": row["seq"],
+                "time": _iso(row["time"]),
+                "type": row["type"],
+                "actor": row["actor"],
+                "source": row["source"],
+                "target": target,
+                "summary": summary,
+            }
+        )
+    return actions
 
 
 def query_stats(engine: Engine) -> dict[str, Any]:
@@ -159,6 +228,24 @@ def audit_router(settings: Settings, engine: Engine) -> APIRouter:
                 "next_after": last if full and after is not None else None,
                 "next_before": last if full and after is None else None,
             }
+        )
+
+    @router.get("/v1/audit/admin", responses=READ_ERRORS)
+    async def admin_actions(
+        _: Reader,
+        before: int | None = Query(
+            None, ge=1, le=MAX_SEQ, description="Newest first, seq below this."
+        ),
+        limit: int = Query(100, ge=1, le=MAX_LIMIT),
+    ) -> AdminActionsPage:
+        """Admin actions, newest first, each with its actor: tokens created (a device's join
+        included) or revoked, join tokens rotated, devices drained or resumed, devices that
+        left (revoked). Next page with `before` = `next_before`."""
+        rows = await asyncio.to_thread(query_admin_actions, engine, before, limit)
+        full = len(rows) == limit
+        return AdminActionsPage(
+            actions=[AdminAction.model_validate(r) for r in rows],
+            next_before=rows[-1]["seq"] if full and rows else None,
         )
 
     @router.get("/v1/stats", responses=ERRORS_401_403)

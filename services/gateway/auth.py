@@ -1,17 +1,25 @@
 """Who is calling: a credential, never an address.
 
-Every API call carries a token, except GET /healthz, GET /readyz and the login exchange
-(GET /?token=<one-time token>). A token comes as `Authorization: Bearer <token>` or as the
-session cookie the login exchange sets; it is looked up by its SHA-256 in the tokens table:
-unknown or revoked is 401, too low a role is 403 (the gateway remembers an active token for a
-moment and forgets it the moment its token.revoked event arrives: token_cache.py). Roles for
-people: viewer < engineer < admin; `agent` is separate and satisfies only a need for `agent`.
-Where the gateway listens (loopback, behind a reverse proxy or an SSH tunnel) changes nothing.
+Every API call carries a credential, except GET /healthz, GET /readyz and the sign-ins (the
+login exchange GET /?token=<one-time token>, the sign-in form, the OpenID provider's callback).
+A credential is `Authorization: Bearer <token>` or the console's session cookie:
+
+- a token is looked up by its SHA-256 in the tokens table: unknown, revoked or expired is 401,
+  too low a role is 403 (the gateway remembers an active token for a moment and forgets it the
+  moment its token.revoked event arrives, or at its expiry: token_cache.py);
+- the cookie holds a session id of its own, never a token (console_sessions.py): it ends when
+  idle, at its longest life, at sign-out, or with the token it was opened with.
+
+Roles for people: viewer < engineer < admin; `agent` is separate and satisfies only a need for
+`agent`. Where the gateway listens (loopback, behind a reverse proxy or an SSH tunnel) changes
+nothing.
 
 A cookie is sent by the browser on its own, so a cookie-authenticated POST (or any method that
 changes something) must also prove it comes from a page of this origin: an `Origin` header
 whose host is the request's `Host`, or an `X-Requested-With` header (which a cross-site form
-cannot set). The cookie itself is HttpOnly and SameSite=Strict.
+cannot set). The cookie itself is HttpOnly, SameSite=Strict, and Secure when the request came
+over TLS (the scheme uvicorn reports: https, or X-Forwarded-Proto from a proxy named in
+HPC_DS1_FORWARDED_ALLOW_IPS).
 
 Tokens are never logged or echoed; only their public ids are.
 
@@ -34,16 +42,17 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
 from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import consume_login_token, owner_name, publish_token
+from hpc_ds1.credentials import consume_login_token, owner_name
 from hpc_ds1.log import get_logger
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import ROLES, Principal, lookup, new_token, role_allows
+from hpc_ds1.tokens import ROLES, Principal, lookup, role_allows
 
+from .console_sessions import WHY_TEXT, Session, SessionStore, UseLog, Via
 from .ratelimit import QuietLog, RateLimiter, client_address, retry_after, this_machine
 from .schemas import ERRORS_401_403, ErrorBody
 from .token_cache import TokenCache
@@ -72,6 +81,9 @@ class AuthContext:
     failures: RateLimiter = field(default_factory=lambda: RateLimiter(0))
     joins: RateLimiter = field(default_factory=lambda: RateLimiter(0))
     quiet: QuietLog = field(default_factory=QuietLog)
+    # The console's sessions (Postgres: shared by every replica) and tokens' last use.
+    sessions: SessionStore | None = None
+    uses: UseLog | None = None
 
 
 def install_auth(
@@ -87,7 +99,74 @@ def install_auth(
         tokens,
         failures=RateLimiter(settings.auth_failures_per_minute),
         joins=RateLimiter(settings.joins_per_minute),
+        sessions=SessionStore(engine, settings.console_idle_s, settings.console_max_s),
+        uses=UseLog(engine),
     )
+
+
+def sessions_of(request: Request) -> SessionStore:
+    store = _context(request).sessions
+    if store is None:
+        raise RuntimeError("install_auth(app, settings, engine) made no session store")
+    return store
+
+
+def set_session_cookie(request: Request, response: Response, secret: str) -> None:
+    """The console's session cookie: HttpOnly (no script reads it), SameSite=Strict (no other
+    site's page sends it), Secure under TLS, and no longer than the session's longest life."""
+    settings = _context(request).settings
+    response.set_cookie(
+        SESSION_COOKIE,
+        secret,
+        max_age=int(settings.console_max_s),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+
+
+def forget_session_cookie(request: Request, response: Response) -> None:
+    response.delete_cookie(
+        SESSION_COOKIE,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+async def open_session(
+    request: Request,
+    response: Response,
+    *,
+    name: str,
+    role: str,
+    via: Via,
+    token_id: str | None = None,
+    identity: str | None = None,
+) -> Session:
+    """A new console session for this browser (its cookie set on `response`). A session the
+    browser held before ends now: one browser, one session, and no id lives on unseen."""
+    store = sessions_of(request)
+    previous = request.cookies.get(SESSION_COOKIE)
+    if previous:
+        await asyncio.to_thread(store.end, previous, "replaced")
+    secret, session = await asyncio.to_thread(
+        store.open, name=name, role=role, via=via, token_id=token_id, identity=identity
+    )
+    set_session_cookie(request, response, secret)
+    log.info(
+        "console_session_opened",
+        who=name,
+        role=role,
+        via=via,
+        session_id=session.session_id,
+        token_id=token_id,
+        identity=identity,
+        client=client_address(request),
+    )
+    return session
 
 
 def _context(request: Request) -> AuthContext:
@@ -182,6 +261,16 @@ async def verify(request: Request, token: str, via: str, *, spend: bool = True) 
     route that looks a credential up, the console's pages too."""
     context = _context(request)
     address = _too_many_failures(context, request)
+    if via == "cookie":
+        # The cookie names a console session, never a token.
+        found = await asyncio.to_thread(sessions_of(request).check, token)
+        if isinstance(found, str):
+            request.state.session_over = found
+            if spend:
+                context.failures.spend(address)
+                _rejected(context, request, address, f"console session {found}", via=via)
+            return None
+        return found.principal()
     principal = (
         await context.tokens.principal(token)
         if context.tokens is not None
@@ -189,8 +278,16 @@ async def verify(request: Request, token: str, via: str, *, spend: bool = True) 
     )
     if principal is None and spend:
         context.failures.spend(address)
-        _rejected(context, request, address, "unknown or revoked token", via=via)
+        _rejected(context, request, address, "unknown, revoked or expired token", via=via)
+    if principal is not None and context.uses is not None:
+        context.uses.note(principal.token_id)
     return principal
+
+
+def session_problem(request: Request) -> str:
+    """Why the request's session cookie was refused, in a sentence."""
+    why = getattr(request.state, "session_over", "unknown")
+    return WHY_TEXT.get(why, WHY_TEXT["unknown"])
 
 
 async def _identify(request: Request, need: str) -> Principal:
@@ -204,9 +301,9 @@ async def _identify(request: Request, need: str) -> Principal:
     if principal is None:
         raise HTTPException(
             401,
-            "unknown or revoked token: ask an admin for a new one (hpc-ds1 token create)"
+            "unknown, revoked or expired token: ask an admin for a new one (hpc-ds1 token create)"
             if via == "bearer"
-            else "the session cookie is no longer valid: log in again (hpc-ds1 token login)",
+            else f"the console session is over: {session_problem(request)} Sign in again.",
             _CHALLENGE,
         )
     if via == "cookie" and request.method not in _SAFE_METHODS and not same_origin(request):
@@ -268,13 +365,18 @@ class WhoAmI(BaseModel):
     role: str
     token_id: str
     via: Literal["bearer", "cookie"]
+    # A console session's public id, and the person at the site's OpenID provider.
+    session_id: str | None = None
+    identity: str | None = None
+    expires_at: str | None = None  # the token's expiry (None: none, or a session)
 
 
 def auth_router(settings: Settings, engine: Engine) -> APIRouter:
     """GET /v1/whoami. The app must also get `install_auth(app, settings, engine, bus)`."""
     router = APIRouter(tags=["auth"])
 
-    @router.get("/v1/whoami", responses=ERRORS_401_403)
+    # Unset fields left out: a bearer token's answer stays {name, role, token_id, via}.
+    @router.get("/v1/whoami", responses=ERRORS_401_403, response_model_exclude_none=True)
     async def whoami(
         request: Request, principal: Annotated[Principal, Depends(authenticated)]
     ) -> WhoAmI:
@@ -285,17 +387,17 @@ def auth_router(settings: Settings, engine: Engine) -> APIRouter:
             role=principal.role,
             token_id=principal.token_id,
             via=getattr(request.state, "via", "bearer"),
+            session_id=principal.session_id,
+            identity=principal.identity,
+            expires_at=principal.expires_at.isoformat() if principal.expires_at else None,
         )
 
     return router
 
 
-LOGIN_WAIT_S = 10.0
-
-
 async def login_exchange(request: Request, token: str) -> RedirectResponse | JSONResponse:
-    """GET /?token=<one-time token>: trade it, once, for a session cookie holding a fresh admin
-    token of the home's owner (registered like any token: listed and revocable), then back to /."""
+    """GET /?token=<one-time token>: trade it, once, for a console session of the home's owner
+    (admin), then back to /."""
     context = _context(request)
     address = client_address(request)
     wait = context.failures.wait(address)
@@ -315,21 +417,6 @@ async def login_exchange(request: Request, token: str) -> RedirectResponse | JSO
             "on the home for a new one"
         )
         return JSONResponse(body.model_dump(), status_code=401)
-    if context.bus is None:
-        raise RuntimeError("install_auth needs the bus for the login exchange")
-    session = new_token()
-    holder = owner_name()
-    active = await publish_token(
-        context.bus, context.engine, session, holder=holder, role="admin", wait_s=LOGIN_WAIT_S
-    )
-    log.info("login", holder=holder, active=active)
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        session,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/",
-    )
+    await open_session(request, response, name=owner_name(), role="admin", via="login-link")
     return response

@@ -4,15 +4,20 @@ same page).
 
 - `GET /`: the console for a signed-in browser (session cookie, or a bearer header); with
   `?token=<one-time token>` the login exchange (auth.login_exchange) then back to `/`; otherwise
-  a small sign-in page, which holds no data. `POST /` (the sign-in form): a one-time login token
-  or a person's own API token, kept in the HttpOnly, SameSite=Strict session cookie.
+  a small sign-in page, which holds no data (with the site's OpenID provider configured, a
+  "Sign in with ..." link to /auth/oidc/login: oidc.py). `POST /` (the sign-in form): a
+  one-time login token or a person's own API token, traded for a console session of its own
+  (console_sessions.py); the browser never keeps the token.
+- `POST /signout`: ends the browser's session on the server (every replica) and forgets its
+  cookie; a signed-out session is refused from then on.
 - `GET /static/...`: the stylesheet, the shared client, the sections' modules, vendored files.
   No credential needed: they hold no data.
 - `GET /v1/stream` (viewer): Server-Sent Events, one per new event of the log,
   `id: <seq>` / `event: <type>` / `data: <envelope JSON, redacted as /v1/events>`. One ordered
   JetStream consumer per gateway feeds every client through a bounded queue; a client that
   falls behind by QUEUE_FRAMES is dropped (its browser reconnects), never slowing the others.
-- `GET /docs`: Swagger UI, vendored in static/vendor/swagger-ui (no CDN).
+- `GET /docs`: Swagger UI, vendored in static/vendor/swagger-ui (no CDN), started by
+  static/docs.js rather than an inline script, so the page keeps the console's CSP.
 
 Templates are Jinja2 (autoescaped). Every template gets: `user` ({name, role}), `server_url`
 (this server as the browser reached it), `fleet_url` (as other devices reach it), `home` (this
@@ -31,7 +36,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from nats.aio.msg import Msg
@@ -43,7 +47,7 @@ from starlette.types import Scope
 from hpc_ds1 import __version__
 from hpc_ds1.bus import EventBus
 from hpc_ds1.console import SECTIONS, STATIC_DIR, TEMPLATES_DIR
-from hpc_ds1.credentials import owner_name, reachable_host
+from hpc_ds1.credentials import owner_name, public_server
 from hpc_ds1.db import tables
 from hpc_ds1.events import EVENT_TYPES
 from hpc_ds1.log import get_logger
@@ -51,7 +55,19 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import PERSON_ROLES, Principal, lookup
 
 from .audit_api import query_stats
-from .auth import SESSION_COOKIE, _credential, login_exchange, require, same_origin, verify
+from .auth import (
+    SESSION_COOKIE,
+    _credential,
+    forget_session_cookie,
+    login_exchange,
+    open_session,
+    require,
+    same_origin,
+    session_problem,
+    sessions_of,
+    verify,
+)
+from .edge import CONSOLE_CSP
 from .schemas import ERRORS_401_403
 
 log = get_logger("gateway.console")
@@ -62,18 +78,14 @@ MAX_STREAMS = 1000  # concurrent /v1/stream clients per gateway; more get 503
 FORM_MAX_BYTES = 4096
 _EVENT_NAME = re.compile(r"^[a-z_]{1,32}\.[a-z_]{1,32}$")
 
-# The console page may load nothing from elsewhere, and nothing may frame it.
-CONSOLE_CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
-    "form-action 'self'; frame-ancestors 'none'"
-)
+# The console page may load nothing from elsewhere, and nothing may frame it (edge.py sets
+# the same on every other response too).
 _PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": CONSOLE_CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # edge.py says why not no-referrer
 }
 
 Redact = Callable[[str, Any], Any]
@@ -205,7 +217,7 @@ class StreamHub:
 
 
 async def _stream(
-    request: Request, hub: StreamHub, engine: Engine, token: str | None
+    request: Request, hub: StreamHub, engine: Engine, token: str | None, via: str | None = None
 ) -> AsyncIterator[bytes]:
     client = await hub.attach()
     try:
@@ -215,8 +227,9 @@ async def _stream(
             try:
                 frame = await asyncio.wait_for(client.queue.get(), KEEPALIVE_S)
             except TimeoutError:
-                # A revoked token (or session cookie) ends its stream within KEEPALIVE_S.
-                if token is not None and await asyncio.to_thread(lookup, engine, token) is None:
+                # A revoked token, or a session signed out or over, ends its stream within
+                # KEEPALIVE_S (looked at, not extended: an open stream is no one's activity).
+                if token is not None and not await asyncio.to_thread(_alive, request, token, via):
                     return
                 yield b": keep-alive\n\n"
                 continue
@@ -233,6 +246,13 @@ async def _stream(
             yield b"".join(frames)
     finally:
         hub.detach(client)
+
+
+def _alive(request: Request, token: str, via: str | None) -> bool:
+    """Whether a stream's credential still works. Blocking (DB)."""
+    if via == "cookie":
+        return not isinstance(sessions_of(request).check(token, touch=False), str)
+    return lookup(request.app.state.auth.engine, token) is not None
 
 
 # --- what the snippets show ------------------------------------------------------------------
@@ -299,8 +319,8 @@ def _fleet_url(settings: Settings, server_url: str) -> str:
     parts = urlsplit(server_url)
     host = parts.hostname or ""
     if host in ("127.0.0.1", "localhost", "::1") and settings.host in ("0.0.0.0", "::", ""):
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{reachable_host(settings.host)}{port}"
+        # Other machines get TLS where the browser on this one got plain HTTP (issue 45).
+        return public_server(settings, parts.port)
     return server_url
 
 
@@ -318,14 +338,25 @@ def install_console(
     event_types = sorted(EVENT_TYPES)
     sections = [{"id": sid, "heading": heading} for _, sid, heading in SECTIONS]
 
+    # The provider's name on the sign-in button: its host (the issuer's URL says no more).
+    oidc_name = urlsplit(settings.oidc_issuer).netloc if settings.oidc_issuer else None
+
     def signin_page(
-        problem: str | None = None, status: int = 200, forget: bool = False
+        request: Request,
+        problem: str | None = None,
+        status: int = 200,
+        forget: bool = False,
+        notice: str | None = None,
     ) -> HTMLResponse:
-        html = templates.get_template("signin.html").render(problem=problem, version=__version__)
+        html = templates.get_template("signin.html").render(
+            problem=problem, notice=notice, oidc=oidc_name, version=__version__
+        )
         response = HTMLResponse(html, status_code=status, headers=_PAGE_HEADERS)
         if forget:  # a session cookie that no longer works
-            response.delete_cookie(SESSION_COOKIE, path="/")
+            forget_session_cookie(request, response)
         return response
+
+    app.state.signin_page = signin_page  # the OpenID callback answers with it too
 
     example = _Cached(lambda: query_example(engine), EXAMPLE_TTL_S)
     # ES modules the sections import from static/vendor/ (uPlot): preloaded with the page.
@@ -373,24 +404,25 @@ def install_console(
         principal = await verify(request, token, via)  # 429 past the failures of its address
         if principal is None:
             return (
-                "This browser's session is no longer valid (signed out, or its token was "
-                "revoked): sign in again."
+                f"This browser's session is over: {session_problem(request)} Please sign in again."
                 if via == "cookie"
-                else "That token is unknown or revoked."
+                else "That token is unknown, revoked or expired."
             )
         if principal.role not in PERSON_ROLES:
             return f"A {principal.role} token cannot open the console: use a person's token."
         return principal
 
     @app.get("/", include_in_schema=False, response_model=None)
-    async def console(request: Request, token: str | None = None) -> Response:
+    async def console(
+        request: Request, token: str | None = None, signed_out: str | None = None
+    ) -> Response:
         if token is not None:
             return await login_exchange(request, token)
         who = await signed_in(request)
         if who is None:
-            return signin_page()
+            return signin_page(request, notice="Signed out." if signed_out else None)
         if isinstance(who, str):
-            return signin_page(who, status=401, forget=SESSION_COOKIE in request.cookies)
+            return signin_page(request, who, status=401, forget=SESSION_COOKIE in request.cookies)
         return await render_console(request, who)
 
     @app.post("/", include_in_schema=False, response_model=None)
@@ -398,41 +430,62 @@ def install_console(
         """The sign-in form: a one-time login token (as `?token=` takes) or a person's API
         token. A cross-site form cannot sign a browser in (Origin must match Host)."""
         if not same_origin(request):
-            return signin_page("Sign in from this page.", status=403)
+            return signin_page(request, "Sign in from this page.", status=403)
         body = await request.body()
         if len(body) > FORM_MAX_BYTES:
-            return signin_page("That is not a token.", status=400)
+            return signin_page(request, "That is not a token.", status=400)
         values = parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
         token = (values.get("token") or [""])[0].strip()
         if not token:
-            return signin_page("Paste a token first.", status=400)
+            return signin_page(request, "Paste a token first.", status=400)
         # Not counted as a failure here: the one-time login exchange below counts it.
         principal = await verify(request, token, "form", spend=False)
         if principal is not None:
             if principal.role not in PERSON_ROLES:
                 return signin_page(
+                    request,
                     f"A {principal.role} token cannot open the console: use a person's token.",
                     status=403,
                 )
-            log.info("console_sign_in", who=principal.name, token_id=principal.token_id)
+            # A session of its own, tied to the token: revoking the token ends it too.
             response = RedirectResponse("/", status_code=303)
-            response.set_cookie(
-                SESSION_COOKIE,
-                token,
-                httponly=True,
-                samesite="strict",
-                secure=request.url.scheme == "https",
-                path="/",
+            await open_session(
+                request,
+                response,
+                name=principal.name,
+                role=principal.role,
+                via="token",
+                token_id=principal.token_id,
             )
             return response
         exchanged = await login_exchange(request, token)
         if exchanged.status_code in (303, 429):
             return exchanged
         return signin_page(
-            "That token is not valid: it is unknown, revoked, or a login link already used "
-            f"(on the server, `hpc-ds1 token login` prints a new one for {owner_name()}).",
+            request,
+            "That token is not valid: it is unknown, revoked, expired, or a login link already "
+            f"used (on the server, `hpc-ds1 token login` prints a new one for {owner_name()}).",
             status=401,
         )
+
+    @app.post("/signout", include_in_schema=False, response_model=None)
+    async def sign_out(request: Request) -> Response:
+        """End this browser's session on the server, then the sign-in page. A cross-site form
+        cannot sign a browser out either (Origin must match Host)."""
+        if not same_origin(request):
+            return signin_page(request, "Sign out from the console's page.", status=403)
+        secret = request.cookies.get(SESSION_COOKIE)
+        ended = await asyncio.to_thread(sessions_of(request).end, secret) if secret else None
+        if ended is not None:
+            log.info(
+                "console_signed_out",
+                who=ended.name,
+                session_id=ended.session_id,
+                identity=ended.identity,
+            )
+        response = RedirectResponse("/?signed_out=1", status_code=303)
+        forget_session_cookie(request, response)
+        return response
 
     app.mount("/static", _Static(directory=str(STATIC_DIR)), name="static")
 
@@ -457,24 +510,22 @@ def install_console(
         if len(hub.clients) >= MAX_STREAMS:
             raise HTTPException(503, f"{MAX_STREAMS} streams are open on this gateway; retry later")
         found = _credential(request)
-        token = found[0] if found is not None else None
+        token, via = found if found is not None else (None, None)
         return StreamingResponse(
-            _stream(request, hub, engine, token),
+            _stream(request, hub, engine, token, via),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    docs_page = templates.get_template("docs.html").render(
+        title=f"{app.title} — API", openapi_url=app.openapi_url or "/openapi.json"
+    )
+
     async def docs(_: Request) -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json",
-            title=f"{app.title} — API",
-            # Swagger UI 5 (OpenAPI 3.1), vendored: static/vendor/README.md says why and whence.
-            swagger_js_url="/static/vendor/swagger-ui/swagger-ui-bundle.js",
-            swagger_css_url="/static/vendor/swagger-ui/swagger-ui.css",
-            swagger_favicon_url="/static/favicon.svg",
-            # No validator badge: it is an image from validator.swagger.io.
-            swagger_ui_parameters={"validatorUrl": None},
-        )
+        # Swagger UI 5 (OpenAPI 3.1), vendored: static/vendor/README.md says why and whence.
+        # FastAPI's own page starts it with an inline script, which the CSP refuses; this one
+        # starts it from static/docs.js.
+        return HTMLResponse(docs_page, headers=_PAGE_HEADERS)
 
     # Added like FastAPI adds its own docs route (a plain route, outside the schema).
     app.add_route("/docs", docs, include_in_schema=False)

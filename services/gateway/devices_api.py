@@ -379,7 +379,7 @@ def devices_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRout
             )
         token_ids = await asyncio.to_thread(_agent_tokens, engine, device_id)
         for token_id in token_ids:
-            revoked = TokenRevoked(token_id=token_id)
+            revoked = TokenRevoked(token_id=token_id, reason=f"device {device_id} revoked")
             await bus.publish(
                 envelope(revoked, actor=who.name, source="gateway", prefix=bus.prefix)
             )

@@ -202,3 +202,49 @@ class _TooLarge(HTTPException):
 
     def __init__(self, message: str) -> None:
         super().__init__(413, message)
+
+
+# --- headers on every response (issue 45) ----------------------------------------------------
+
+# Nothing from elsewhere, nothing inline but styles (Swagger UI and uPlot set style attributes),
+# no framing: the console's pages and /docs (started by static/docs.js, no inline script) work
+# under it, and a JSON answer opened in a browser can run nothing.
+CONSOLE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-security-policy", CONSOLE_CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    # same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with the
+    # console's own form POSTs (sign-in, sign-out), which the CSRF rule then refuses; another
+    # site still gets no referrer.
+    (b"referrer-policy", b"same-origin"),
+)
+_SECURITY_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
+
+
+class SecurityHeaders:
+    """CSP, frame, type-sniffing and referrer headers on every HTTP response, errors and 429s
+    included; a route's own value of one of them (the console's pages) is kept. Outermost, so
+    nothing answers without them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                present = {bytes(name).lower() for name, _ in headers} & _SECURITY_NAMES
+                headers.extend(pair for pair in SECURITY_HEADERS if pair[0] not in present)
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

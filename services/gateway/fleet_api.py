@@ -34,8 +34,9 @@ from hpc_ds1.bus import ConcurrencyConflict, EventBus
 from hpc_ds1.credentials import (
     NEW_JOIN_TOKEN,
     join_command,
+    join_pin,
     limits_of_history,
-    reachable_host,
+    public_server,
     read_join_token,
     token_limits,
     wait_active,
@@ -305,13 +306,14 @@ def fleet_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter
         token = await asyncio.to_thread(read_join_token, settings.home)
         if token is None:
             raise HTTPException(503, "no join token yet: the gateway makes it when it starts")
-        port = settings.port or request.url.port
-        host = reachable_host(settings.host)
-        server = f"http://{host}:{port}" if port else f"http://{host}"
+        # Issue 45: https and the CA pin when this gateway serves TLS off loopback.
+        server = public_server(settings, settings.port or request.url.port)
         response.headers["Cache-Control"] = "no-store"
         log.info("join_token_shown", who=admin.name, token_id=admin.token_id)
         limits = await asyncio.to_thread(token_limits, engine, token)
-        shown = JoinToken(token=token, server=server, command=join_command(server, token))
+        shown = JoinToken(
+            token=token, server=server, command=join_command(server, token, join_pin(settings))
+        )
         if limits is None:
             return shown
         return shown.model_copy(

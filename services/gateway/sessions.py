@@ -133,6 +133,8 @@ def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRou
                     who.name,
                     who.role,
                     verdict.note,
+                    # A person signed in at the site's OpenID provider: who they are there.
+                    who.identity,
                 ),
                 timeout=START_TIMEOUT_S,
             )

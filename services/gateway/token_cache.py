@@ -24,13 +24,18 @@ becomes valid is not refused for longer:
   token (the projector has not folded it yet) is remembered;
 - the same rules as above: nothing refused is kept or served while the NATS connection is down
   or after it came back, and a token made in Postgres without an event (by hand) works within
-  `refused_s`."""
+  `refused_s`.
+
+A token with an expiry (token.created's expires_at, `hpc-ds1 token create --expires`) is served
+from memory only before it: each hit compares the expiry with the clock, so an expired token is
+refused at its expiry, not up to `ttl_s` after it (issue 45)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -162,7 +167,7 @@ class TokenCache:
         trusted = self._trusted()
         entry = self._entries.get(key) if trusted else None
         if entry is not None and time.monotonic() < entry.expires:
-            if entry.principal.token_id not in self.revoked:
+            if entry.principal.token_id not in self.revoked and not _expired(entry.principal):
                 return entry.principal
         refused = self._refused.get(key) if trusted else None
         if refused is not None:
@@ -171,7 +176,7 @@ class TokenCache:
                 return None
             del self._refused[key]
         found = await self._flights.do(key, lambda: self._lookup(token))
-        if found is None or found.token_id in self.revoked:
+        if found is None or found.token_id in self.revoked or _expired(found):
             self._entries.pop(key, None)
             # Kept only if no token.created can have been missed while Postgres was asked.
             if trusted and self.bus.nc.is_connected and self._reconnect_count() == self._reconnects:
@@ -183,3 +188,9 @@ class TokenCache:
                 self._entries.clear()
             self._entries[key] = _Entry(found, time.monotonic() + self.ttl_s)
         return found
+
+
+def _expired(principal: Principal) -> bool:
+    """Whether the token's expiry has come (by this gateway's clock; Postgres's decided the
+    lookup, so a token is never served from memory past its expiry by either)."""
+    return principal.expires_at is not None and principal.expires_at <= datetime.now(UTC)

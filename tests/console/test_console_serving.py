@@ -27,8 +27,21 @@ from hpc_ds1.settings import Settings
 from tests.services.gateway.conftest import ROLE_TOKENS, as_role, fold, role_token_events
 
 
-def cookie(token: str) -> dict[str, str]:
-    return {"Cookie": f"{SESSION_COOKIE}={token}"}
+def cookie(value: str) -> dict[str, str]:
+    return {"Cookie": f"{SESSION_COOKIE}={value}"}
+
+
+async def session_of(http: httpx.AsyncClient, role: str) -> dict[str, str]:
+    """A console session of `role`'s token (the sign-in form), as a Cookie header: the cookie
+    holds a session of its own, never the token."""
+    reply = await http.post(
+        "/", data={"token": ROLE_TOKENS[role]}, headers={"Origin": str(http.base_url).rstrip("/")}
+    )
+    assert reply.status_code == 303, reply.text
+    value = reply.cookies[SESSION_COOKIE]
+    assert value != ROLE_TOKENS[role]
+    http.cookies.clear()
+    return cookie(value)
 
 
 @pytest.fixture
@@ -68,7 +81,7 @@ async def test_without_a_credential_root_is_the_sign_in_page_with_no_data(
 async def test_signed_in_root_lists_the_nine_sections_in_the_seed_order(
     http: httpx.AsyncClient,
 ) -> None:
-    page = await http.get("/", headers=cookie(ROLE_TOKENS["viewer"]))
+    page = await http.get("/", headers=await session_of(http, "viewer"))
     assert page.status_code == 200, page.text
     html = page.text
     ids = re.findall(r'<section id="([a-z]+)" aria-labelledby="\1-title"', html)
@@ -267,7 +280,8 @@ async def test_the_stream_needs_a_viewer_token(base: str) -> None:
         assert stale.status_code == 401
         assert (await http.get("/v1/stream", headers=as_role("agent"))).status_code == 403
         # A browser's cookie is a credential too.
-        async with http.stream("GET", "/v1/stream", headers=cookie(ROLE_TOKENS["viewer"])) as reply:
+        viewer = await session_of(http, "viewer")
+        async with http.stream("GET", "/v1/stream", headers=viewer) as reply:
             assert reply.status_code == 200
 
 

@@ -7,41 +7,23 @@ reason and result; the CLI prints the same; a restarted agent keeps its identity
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import os
-import signal
 import subprocess
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
-import pytest
-from sqlalchemy import select
-from sqlalchemy.engine import make_url
 
 from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import read_cli_token, read_join_token
-from hpc_ds1.db import make_engine, tables, upgrade
-from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, ModelPublished, envelope
+from hpc_ds1.events import ModelPublished, envelope
 from hpc_ds1.fleet import Agent, submit
 from hpc_ds1.fleet.agent import device_file, load_identity
 from hpc_ds1.hardware import fingerprint
-from hpc_ds1.infra.ports import free_port
 from hpc_ds1.models_store import save_local
-from hpc_ds1.runtime import run_service
 from hpc_ds1.settings import Settings
-from hpc_ds1.workloads import get_workload
 from tests.commands import HPC_DS1, cli_env
-
-SIZE = 100_000
-CONFIG = {"ranks": 1, "threads": 1, "tile": get_workload("montecarlo").default_tile}
-START_S = 120.0
+from tests.fleet.coordinator import SIZE, Coordinator, bearer, stop_agent
 
 
 def nats_url_of(settings: Settings) -> str:
@@ -49,142 +31,15 @@ def nats_url_of(settings: Settings) -> str:
     return settings.nats_url
 
 
-def _libpq(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@dataclass
-class Coordinator:
-    server: str
-    join_token: str
-    cli_token: str
-    settings: Settings
-
-
-@pytest.fixture
-def coordinator(settings: Settings, engine: Any, tmp_path: Path) -> Iterator[Coordinator]:
-    """`hpc-ds1 serve` of the test's home on a free port."""
-    port = free_port()
-    env = {**cli_env(settings), "HPC_DS1_PORT": str(port), "HPC_DS1_HEARTBEAT_INTERVAL_S": "1"}
-    out, err = open(tmp_path / "serve.out", "w"), open(tmp_path / "serve.err", "w")
-    proc = subprocess.Popen(
-        [HPC_DS1, "serve"], env=env, stdout=out, stderr=err, start_new_session=True
-    )
-    server = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_S
-        join = cli = None
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / "serve.err").read_text()[-3000:]
-            join, cli = read_join_token(settings.home), read_cli_token(settings.home)
-            if join and cli:
-                with contextlib.suppress(httpx.HTTPError):
-                    ready = httpx.get(f"{server}/readyz", headers=_bearer(cli), timeout=2)
-                    if ready.status_code == 200:
-                        break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(
-                "serve did not get ready\n" + (tmp_path / "serve.err").read_text()[-3000:]
-            )
-        assert join and cli
-        yield Coordinator(server, join, cli, settings)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        out.close()
-        err.close()
-
-
-def _bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-@pytest.fixture
-async def device_home(tmp_path: Path, nats_url: str, postgres_url: str) -> AsyncIterator[Settings]:
-    """A device's own home as its setup leaves it: its own log (stream) and database, holding
-    its local device and a measurement of the job the test submits."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    tag = uuid.uuid4().hex[:10]
-    settings = Settings(
-        home=tmp_path / "device-home",
-        nats_url=nats_url,
-        database_url=make_url(postgres_url)
-        .set(database=name)
-        .render_as_string(hide_password=False),
-        stream=f"EV_{tag}",
-        subject_prefix=f"t{tag}",
-        log_json=True,
-    )
-    assert settings.database_url
-    engine = make_engine(settings.database_url, pool_size=1)
-    upgrade(engine)
-    bus = await EventBus.connect(settings, nats_url, "device-home")
-    await bus.ensure_streams()
-    stop = asyncio.Event()
-    projector = asyncio.create_task(
-        run_service("projector", settings, nats_url, settings.database_url, stop)
-    )
-    try:
-        hw = await asyncio.to_thread(fingerprint)
-        registered = DeviceRegistered(
-            device_id=hw.device_id,
-            hostname=hw.hostname,
-            fingerprint=hw.model_dump(mode="json"),
-            local=True,
-        )
-        measured = MeasurementRecorded(
-            measurement_id=f"m-{tag}",
-            device_id=hw.device_id,
-            workload="montecarlo",
-            size=SIZE,
-            config=CONFIG,
-            status="ok",
-            runtime_s=0.002,
-            repeats=3,
-            spread=0.01,
-            check_ok=True,
-            purpose="setup",
-        )
-        for event in (registered, measured):
-            await bus.publish(envelope(event, actor="setup", source="test", prefix=bus.prefix))
-        target = await bus.last_sequence()
-        for _ in range(600):
-            with engine.connect() as conn:
-                seq = conn.execute(select(tables.checkpoints.c.last_seq)).scalar()
-            if seq is not None and seq >= target:
-                break
-            await asyncio.sleep(0.05)
-        yield settings
-    finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(projector, 30)
-        for stream in (settings.stream, settings.dead_letter_stream):
-            with contextlib.suppress(Exception):
-                await bus.js.delete_stream(stream)
-        await bus.close()
-        engine.dispose()
-        with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def device(server: str, token: str, device_id: str) -> dict[str, Any] | None:
-    reply = httpx.get(f"{server}/v1/devices/{device_id}", headers=_bearer(token), timeout=10)
+    reply = httpx.get(f"{server}/v1/devices/{device_id}", headers=bearer(token), timeout=10)
     return reply.json() if reply.status_code == 200 else None
 
 
 async def wait_task(coordinator: Coordinator, task_id: str, ok: Any) -> dict[str, Any]:
     url = f"{coordinator.server}/v1/tasks/{task_id}"
     deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(headers=_bearer(coordinator.cli_token)) as http:
+    async with httpx.AsyncClient(headers=bearer(coordinator.cli_token)) as http:
         while time.monotonic() < deadline:
             found: dict[str, Any] = (await http.get(url)).json()
             if ok(found):
@@ -206,13 +61,6 @@ async def start_agent(coordinator: Coordinator, home: Settings) -> tuple[Agent, 
         task.result()  # raise its error
     assert ready.is_set(), "the agent did not get its identity"
     return agent, task
-
-
-async def stop_agent(agent: Agent, task: asyncio.Task[None]) -> float:
-    started = time.monotonic()
-    agent.stop()
-    await asyncio.wait_for(task, 30)
-    return time.monotonic() - started
 
 
 async def test_an_agent_joins_uploads_and_runs_what_is_submitted(
@@ -241,7 +89,7 @@ async def test_an_agent_joins_uploads_and_runs_what_is_submitted(
 
         # The coordinator's own machine is a device too: drained, so the task goes to dev-b.
         # Its agent registers on its own time: wait until it is listed, or it is not drained.
-        async with httpx.AsyncClient(headers=_bearer(coordinator.cli_token)) as http:
+        async with httpx.AsyncClient(headers=bearer(coordinator.cli_token)) as http:
             locals_: list[str] = []
             deadline = time.monotonic() + 60
             while not locals_ and time.monotonic() < deadline:
@@ -304,7 +152,7 @@ async def test_an_agent_joins_uploads_and_runs_what_is_submitted(
     agent, task = await start_agent(coordinator, device_home)
     try:
         assert agent.device_id == "dev-b"
-        async with httpx.AsyncClient(headers=_bearer(coordinator.cli_token)) as http:
+        async with httpx.AsyncClient(headers=bearer(coordinator.cli_token)) as http:
             listed = (await http.get(f"{coordinator.server}/v1/devices")).json()["devices"]
         assert [d["device_id"] for d in listed if not d["local"]] == ["dev-b"]
     finally:

@@ -8,8 +8,12 @@
 - three devices, each with its own home that first got a small real `hpc-ds1 setup`, run in the
   root namespace one after the other; one device is pinned to one CPU (`taskset -c 0`) for its
   setup and its agent, so its jobs get one CPU where the others get two;
-- three `hpc-ds1 agent --server http://<root side>:<port> --token <join>` processes, one per
-  namespace.
+- three `hpc-ds1 agent --server https://<root side>:<port> --token <join> --ca-cert-hash <pin>`
+  processes, one per namespace: `serve` bound beyond loopback serves HTTPS with its home's own
+  CA, whose pin the agents check (issue 45); the harness's own API calls use loopback, which
+  stays plain HTTP;
+- `tcpdump` on device a's link, from before its agent joins (deploy/install-tcpdump.sh; without
+  it the capture test skips and says why).
 
 The coordinator's own machine is a device too (serve runs a local agent); it is drained, so the
 placements measured here are between the three remote devices only.
@@ -42,6 +46,7 @@ import httpx
 import psutil
 import pytest
 
+from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port
 
 VENV_BIN = Path(sys.executable).parent
@@ -362,10 +367,12 @@ class Device:
         assert code == 0, f"setup of {self.name} exited {code}\n{proc.tail()}"
         self.setup_s = time.monotonic() - started
 
-    def start(self, server: str, join_token: str) -> None:
+    def start(self, server: str, join_token: str, pin: str | None = None) -> None:
         self.starts += 1
         argv = [*self.prefix(), *AGENT_COMMAND, "--server", server, "--token", join_token]
         argv += ["--name", self.name]
+        if pin:
+            argv += ["--ca-cert-hash", pin]
         out = self.logs / f"agent-{self.letter}.out"
         err = self.logs / f"agent-{self.letter}.err"
         self.agent = Proc(self.netns.exec_argv(*argv), clean_env(self.home), out, err)
@@ -410,10 +417,19 @@ class Fleet:
     devices: dict[str, Device]
     nats_port: int
     postgres_port: int
+    pin: str = ""  # the coordinator's CA pin, as its join command carries it
+    capture: Capture | None = None  # tcpdump on device a's link, from before it joined
     timings: dict[str, float] = field(default_factory=dict)
 
     def server_for(self, device: Device) -> str:
-        return f"http://{device.netns.root_ip}:{self.port}"
+        return f"https://{device.netns.root_ip}:{self.port}"
+
+    def start_agent(self, device: Device) -> None:
+        device.start(self.server_for(device), self.join_token, self.pin)
+
+    def set_draining(self, device_ids: set[str], draining: bool) -> None:
+        for device_id in device_ids:
+            self.api.ok("POST", f"/v1/devices/{device_id}/drain", json={"draining": draining})
 
     def by_id(self, device_id: str) -> Device:
         for device in self.devices.values():
@@ -501,6 +517,36 @@ class Fleet:
         return out
 
 
+class Capture:
+    """tcpdump on one interface, every byte of every packet, into a pcap file."""
+
+    def __init__(self, interface: str, path: Path) -> None:
+        self.path = path
+        self.log = path.with_suffix(".log")
+        self.proc = Proc(
+            ["tcpdump", "-i", interface, "-s", "0", "-U", "-n", "-w", str(path)],
+            dict(os.environ),
+            self.log,
+            self.log,
+        )
+        wait_for(
+            lambda: "listening on" in self.log.read_text() or not self.proc.alive(),
+            20,
+            f"tcpdump listening on {interface}",
+        )
+        if not self.proc.alive():
+            raise RuntimeError(f"tcpdump exited: {self.log.read_text()[-500:]}")
+
+    def stop(self) -> bytes:
+        """Stop it (it writes what it holds on SIGTERM) and the capture's bytes."""
+        if self.proc.alive():
+            self.proc.popen.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.popen.wait(10)
+            self.proc.stop(timeout=5)
+        return self.path.read_bytes() if self.path.exists() else b""
+
+
 def _start_coordinator(root: Path) -> tuple[Proc, int, dict[str, Any]]:
     home = root / "coordinator"
     port = free_port()
@@ -560,6 +606,7 @@ def running_fleet(root: Path) -> Iterator[Fleet]:
         for x in LETTERS
     }
     serve: Proc | None = None
+    fleet: Fleet | None = None
     try:
         for space in spaces.values():
             space.create()
@@ -579,6 +626,9 @@ def running_fleet(root: Path) -> Iterator[Fleet]:
             timings[f"setup {device.name}{' (pinned)' if device.pinned else ''}"] = device.setup_s
         timings["setups"] = time.monotonic() - started
 
+        pin = tls.home_pin(home)
+        assert pin, f"serve --host 0.0.0.0 made no CA in {home / 'tls'}"
+        assert pin in serve.out.read_text(), "serve does not print its CA pin"
         fleet = Fleet(
             root=root,
             port=port,
@@ -589,11 +639,14 @@ def running_fleet(root: Path) -> Iterator[Fleet]:
             devices=devices,
             nats_port=_port(owner["nats_url"]),
             postgres_port=_port(owner["database_url"]),
+            pin=pin,
             timings=timings,
         )
+        if shutil.which("tcpdump") is not None:
+            fleet.capture = Capture(spaces["a"].root_link, root / "capture-a.pcap")
         started = time.monotonic()
         for device in devices.values():
-            device.start(fleet.server_for(device), join)
+            fleet.start_agent(device)
         for device in devices.values():
             wait_for(
                 device.identity,
@@ -621,6 +674,8 @@ def running_fleet(root: Path) -> Iterator[Fleet]:
         timings["harness ready"] = time.monotonic() - t0
         yield fleet
     finally:
+        if fleet is not None and fleet.capture is not None:
+            fleet.capture.stop()
         for device in devices.values():
             if device.agent is not None:
                 device.agent.stop(timeout=10)

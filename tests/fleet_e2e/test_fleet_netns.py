@@ -3,12 +3,16 @@ their own network namespaces that reach it only over HTTP through a veth pair, e
 home and a small real setup (one pinned to one CPU). Placement follows their measured runtimes;
 `kill -9` of an agent mid-task and a link taken down mid-task get the task finished elsewhere;
 wrong, revoked, replayed and borrowed credentials are refused; the join token is in no log and
-no event. The tests run in this order and share one fleet (see conftest.py)."""
+no event. Over HTTPS with the CA pinned (issue 45): a capture on a device's link holds no token,
+an impostor of another CA on the coordinator's address is refused and runs nothing, a new
+server certificate keeps the agents working. The tests run in this order and share one fleet
+(see conftest.py)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import secrets
 import subprocess
@@ -22,6 +26,7 @@ import psutil
 import pytest
 
 from hpc_ds1.hardware import fingerprint
+from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port, wait_for_port
 
 from .conftest import (
@@ -31,11 +36,14 @@ from .conftest import (
     SIZES,
     SMALL,
     WORKLOAD,
+    Device,
     Fleet,
     Netns,
+    Proc,
     clean_env,
     free_subnet_base,
     remove_leftovers,
+    sh,
     tcp_refused_from,
     wait_for,
 )
@@ -184,6 +192,188 @@ def test_the_three_devices_are_online_with_their_measured_kernels(fleet: Fleet) 
         assert not tcp_refused_from(device.netns.name, root_ip, fleet.port)
 
 
+# --- TLS on the path (issue 45): run before the placement tests, at a size no setup measured,
+# so the tasks here verify no estimate those tests compare --------------------------------------
+
+TLS_SIZE = 2 * SMALL  # measured by no device: its tasks leave the compared sizes alone
+CLIENT_HELLO = re.compile(rb"\x16\x03[\x01-\x04]..\x01", re.S)  # a TLS record: handshake, hello
+
+
+def run_on(fleet: Fleet, device: Device, size: int = TLS_SIZE) -> dict[str, Any]:
+    """A task run on `device` (every other remote device draining meanwhile), finished."""
+    others = fleet.remote_ids() - {device.device_id}
+    fleet.set_draining(others, True)
+    try:
+        task = fleet.api.submit(WORKLOAD, size)
+        done = fleet.api.wait_task(
+            task["task_id"], lambda t: t["status"] in ("finished", "failed"), 90, "finished"
+        )
+    finally:
+        fleet.set_draining(others, False)
+    assert done["status"] == "finished", done
+    assert done["result"]["device_id"] == device.device_id, done
+    return done
+
+
+def test_nothing_on_the_path_reads_a_token_while_a_device_joins_and_works(fleet: Fleet) -> None:
+    """tcpdump on device a's link from before its agent joined: the join, its uploads, its
+    polls and a task run there cross it as TLS only. The control: a datagram with a marker sent
+    over the same link is found in the same capture, so the search does find plain bytes."""
+    if fleet.capture is None:
+        pytest.skip("tcpdump is not installed (deploy/install-tcpdump.sh, run by make install)")
+    device = fleet.devices["a"]
+    done = run_on(fleet, device)
+    marker = f"plain-marker-{secrets.token_hex(8)}"
+    send = (
+        "import socket,sys\n"
+        "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(sys.argv[1].encode(), "
+        f"({device.netns.root_ip!r}, 9))\n"
+    )
+    subprocess.run(
+        device.netns.exec_argv(sys.executable, "-c", send, marker), check=True, timeout=20
+    )
+    # The control: plain bytes on this link are readable in the capture (waited for: tcpdump
+    # writes each packet as it reads it, and on a loaded machine it reads late).
+    pcap = fleet.capture.path
+    wait_for(lambda: marker.encode() in pcap.read_bytes(), 20, "the marker in the capture")
+    captured = fleet.capture.stop()
+    assert len(captured) > 10_000, f"the capture holds {len(captured)} bytes"
+    assert marker.encode() in captured
+    assert CLIENT_HELLO.search(captured), "no TLS ClientHello in the capture"
+    secrets_on_path = {
+        "the join token": fleet.join_token,
+        "the device credential": device.identity()["token"],  # type: ignore[index]
+        "the admin token": fleet.api.token,
+    }
+    for what, secret in secrets_on_path.items():
+        assert secret.encode() not in captured, f"{what} is readable on the path"
+    for plain in (b"Bearer ", b"/v1/fleet/join", b"/v1/agent/", b"HTTP/1.1"):
+        assert plain not in captured, f"{plain!r} is readable on the path"
+    print(f"\ncapture of {device.name}'s link: {len(captured)} bytes, task {done['task_id']}")
+
+
+def test_an_impostor_on_the_coordinators_address_is_refused_and_nothing_runs(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A server in a namespace of its own, with a certificate of another CA for the
+    coordinator's address, takes device a's route to that address: a device joining through
+    it stops at the join naming both pins; a's running agent refuses every call (nothing sent,
+    it goes offline, a task waiting for it does not run); with the route back it works on."""
+    device = fleet.devices["a"]
+    space = device.netns
+    pid = os.getpid()
+    ns, to_impostor, impostor_end = f"hds1-{pid}-i", f"hv{pid}a", f"hw{pid}a"
+    _, impostor_pin = tls.ensure_server_cert(tmp_path / "impostor", [space.root_ip])
+    cert = tls.HomeTLS.of(tmp_path / "impostor")
+    log = tmp_path / "impostor.jsonl"
+    others = fleet.remote_ids() - {device.device_id}
+    impostor: Proc | None = None
+    task_id = ""
+    sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "link", "add", to_impostor, "type", "veth", "peer", "name", impostor_end)
+        sh("ip", "link", "set", to_impostor, "netns", space.name)
+        sh("ip", "link", "set", impostor_end, "netns", ns)
+        sh("ip", "-n", ns, "addr", "add", f"{space.root_ip}/32", "dev", impostor_end)
+        sh("ip", "-n", ns, "link", "set", impostor_end, "up")
+        sh("ip", "-n", ns, "route", "add", f"{space.ns_ip}/32", "dev", impostor_end)
+        sh("ip", "-n", space.name, "link", "set", to_impostor, "up")
+        script = str(Path(__file__).with_name("impostor.py"))
+        argv = [sys.executable, script, str(cert.cert), str(cert.key), space.root_ip]
+        impostor = Proc(
+            ["ip", "netns", "exec", ns, *argv, str(fleet.port), str(log)],
+            dict(os.environ),
+            tmp_path / "impostor.out",
+            tmp_path / "impostor.err",
+        )
+        wait_for(lambda: log.exists() and "listening" in log.read_text(), 20, "the impostor")
+        # The route to the coordinator's address now leads to the impostor.
+        sh("ip", "-n", space.name, "route", "add", f"{space.root_ip}/32", "dev", to_impostor)
+
+        joining = subprocess.run(
+            space.exec_argv(
+                HPC_DS1, "agent", "--server", fleet.server_for(device), "--token",
+                fleet.join_token, "--ca-cert-hash", fleet.pin, "--name", "netns-impostor",
+            ),
+            env=clean_env(tmp_path / "joiner"),
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )  # fmt: skip
+        assert joining.returncode == 1, joining.stdout + joining.stderr
+        assert f"expected {fleet.pin}" in joining.stderr and impostor_pin in joining.stderr
+        assert fleet.join_token not in joining.stdout + joining.stderr
+
+        refusals = wait_for(
+            lambda: device.log_lines("coordinator_untrusted"), 30, f"{device.name} refusing"
+        )
+        assert fleet.pin in refusals[0] and impostor_pin in refusals[0], refusals[0]
+        fleet.set_draining(others, True)
+        task_id = fleet.api.submit(WORKLOAD, TLS_SIZE)["task_id"]
+        wait_for(
+            lambda: fleet.api.devices()[device.device_id]["status"] == "offline",
+            20,
+            f"{device.name} offline behind the impostor",
+        )
+        time.sleep(1.0)
+        assert fleet.api.task(task_id)["status"] not in ("running", "finished")
+        assert fleet.events_of("task.started", task_id) == []
+    finally:
+        subprocess.run(
+            ["ip", "-n", space.name, "route", "del", f"{space.root_ip}/32"], capture_output=True
+        )
+        if impostor is not None:
+            impostor.stop(timeout=5)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # its veth end too
+        if task_id == "":
+            fleet.set_draining(others, False)
+    try:
+        fleet.wait_online({device.device_id}, within_s=60)
+        done = fleet.api.wait_task(
+            task_id, lambda t: t["status"] in ("finished", "failed"), 90, "finished"
+        )
+    finally:
+        fleet.set_draining(others, False)
+    assert done["status"] == "finished" and done["result"]["device_id"] == device.device_id
+    seen = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    assert seen, "the impostor saw no connection"
+    leaked = [entry for entry in seen if entry.get("received")]
+    assert leaked == [], f"bytes sent to the impostor: {leaked}"
+    assert "netns-impostor" not in {d.get("name") for d in fleet.api.devices().values()}
+
+
+def test_a_new_server_certificate_from_the_same_ca_keeps_the_agents_working(
+    fleet: Fleet,
+) -> None:
+    device = fleet.devices["b"]
+    server = fleet.server_for(device)
+    home = fleet.root / "coordinator"
+    before = tls.presented_chain(server)[0].serial_number
+    renewed = subprocess.run(
+        [sys.executable, "-m", "hpc_ds1.infra.tls", "renew", str(home)],
+        env=clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert renewed.returncode == 0, renewed.stderr
+    assert fleet.pin in renewed.stdout and tls.home_pin(home) == fleet.pin
+    wait_for(
+        lambda: tls.presented_chain(server)[0].serial_number != before,
+        15,
+        "the gateway serving the new certificate",
+    )
+    # b's agent restarted: every connection it makes now meets the new certificate.
+    assert device.agent is not None
+    device.agent.stop(timeout=20)
+    fleet.start_agent(device)
+    fleet.wait_online(fleet.remote_ids())
+    done = run_on(fleet, device)
+    print(f"\nrotated: serial {before:x} -> {tls.presented_chain(server)[0].serial_number:x}; "
+          f"task {done['task_id']} on {device.name}")  # fmt: skip
+    fleet.wait_online(fleet.remote_ids())
+
+
 def test_the_pinned_device_measured_its_multi_worker_runs_on_one_cpu(fleet: Fleet) -> None:
     """Not a speed assertion (the machine is shared): what each device measured, as figures,
     and that the pinned device's agent and its jobs really are confined to CPU 0."""
@@ -298,7 +488,7 @@ def test_submit_from_another_host_waits_and_prints_the_result(fleet: Fleet) -> N
     device = fleet.devices["a"]
     server = fleet.server_for(device)
     argv = [HPC_DS1, "submit", "--server", server, "--token", fleet.api.token]
-    argv += ["--workload", WORKLOAD, "--size", str(SMALL), "--json"]
+    argv += ["--ca-cert-hash", fleet.pin, "--workload", WORKLOAD, "--size", str(SMALL), "--json"]
     done = subprocess.run(
         device.netns.exec_argv(*argv),
         env=clean_env(device.home.parent / "submitter"),
@@ -344,7 +534,7 @@ def test_kill_9_of_the_agent_running_a_task_gets_it_finished_elsewhere(fleet: Fl
 
     # The agent restarted keeps its identity: no second join, back online.
     tokens_before = len(fleet.api.events("token.created"))
-    victim.start(fleet.server_for(victim), fleet.join_token)
+    fleet.start_agent(victim)
     fleet.wait_online({victim.device_id})
     assert victim.identity() == identity
     assert len(fleet.api.events("token.created")) == tokens_before

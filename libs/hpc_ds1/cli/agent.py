@@ -1,5 +1,6 @@
-"""`hpc-ds1 agent --server URL --token JOIN_TOKEN`: make this machine a device of a coordinator's
-fleet (see hpc_ds1.fleet.agent). Run `hpc-ds1 setup` in this home first, so the coordinator
+"""`hpc-ds1 agent --server URL --token JOIN_TOKEN [--ca-cert-hash sha256:…]`: make this machine a
+device of a coordinator's fleet (see hpc_ds1.fleet.agent); the join command `serve` prints has
+all three. Run `hpc-ds1 setup` in this home first, so the coordinator
 knows what this device measured; the agent uploads it. Ctrl+C stops it (a running task is
 killed)."""
 
@@ -18,7 +19,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser(
         "agent", help="serve as a device of a coordinator's fleet (polls it over HTTP)"
     )
-    parser.add_argument("--server", required=True, help="the coordinator, http://HOST:PORT")
+    parser.add_argument(
+        "--server", required=True, help="the coordinator, https://HOST:PORT (http on a trusted net)"
+    )
+    parser.add_argument(
+        "--ca-cert-hash",
+        metavar="sha256:HEX",
+        help="the coordinator's CA pin, as the join command carries it (kubeadm's "
+        "--discovery-token-ca-cert-hash): a server whose chain does not end at that CA is "
+        "refused. Kept with the credential; without it an https server must satisfy the "
+        "system trust store (a site certificate)",
+    )
     parser.add_argument(
         "--token",
         help="the coordinator's join token (`hpc-ds1 token join` there); not needed once this "
@@ -49,6 +60,7 @@ def handle(args: argparse.Namespace) -> int:
             home=settings.home,
             name=args.name,
             slurm_partition=args.slurm_partition,
+            ca_pin=args.ca_cert_hash,
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -56,6 +68,8 @@ def handle(args: argparse.Namespace) -> int:
 
     def ready(device_id: str) -> None:
         print(f"device {device_id}", flush=True)
+        if agent.identity is not None and agent.identity.ca_pin:
+            print(f"trusting the coordinator's CA {agent.identity.ca_pin}", flush=True)
         print(f"polling {agent.server} (Ctrl+C stops)", flush=True)
 
     agent.on_ready = ready

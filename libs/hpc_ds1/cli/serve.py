@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
+from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -15,11 +17,14 @@ from ..credentials import (
     current_join_token,
     ensure_join_token,
     join_command,
+    join_pin,
     new_login_token,
-    reachable_host,
+    public_server,
+    serves_tls,
 )
 from ..db import make_engine
 from ..infra.home import Endpoints, own_home
+from ..infra.tls import ServerCertificate, TLSError, ensure_server_cert, local_names
 from ..runtime import SERVICES, install_stop_signals, run_loop, run_services
 from ..settings import Settings
 from . import UsageError
@@ -32,6 +37,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8765)")
+    parser.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="PEM",
+        help="the site's server certificate (leaf first) instead of the home's own CA's; "
+        "HPC_DS1_TLS_CERT. Off loopback the gateway serves HTTPS either way (HPC_DS1_TLS=off: not)",
+    )
+    parser.add_argument(
+        "--tls-key", type=Path, metavar="PEM", help="its private key (0600); HPC_DS1_TLS_KEY"
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--processes",
@@ -53,7 +68,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def handle(args: argparse.Namespace) -> int:
-    settings = load_settings(attach=False, host=args.host, port=args.port, home=args.home)
+    settings = load_settings(
+        attach=False,
+        host=args.host,
+        port=args.port,
+        home=args.home,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
     return serve(settings, SERVICES, processes=use_processes(args.mode or settings.serve_mode))
 
 
@@ -71,10 +93,16 @@ def use_processes(mode: str) -> bool:
 
 def serve(settings: Settings, services: tuple[str, ...], processes: bool = False) -> int:
     started = time.monotonic()
-    shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
-    url = f"http://{shown_host}:{settings.port}/"
+    wildcard = settings.host in ("0.0.0.0", "::")
+    shown_host = "127.0.0.1" if wildcard else settings.host
+    # This machine's own callers (the CLI, the console here) use loopback, which stays plain
+    # HTTP; a server bound to one other address has HTTPS only.
+    tls_only = not wildcard and serves_tls(settings, configured_only=False)
+    url = f"{'https' if tls_only else 'http'}://{shown_host}:{settings.port}/"
     try:
         with own_home(settings, gateway_url=url if "gateway" in services else None) as ends:
+            if "gateway" in services:
+                settings = with_tls(settings)
             print(f"HPC-DS1 home {settings.home}", flush=True)
             print(f"  NATS      {ends.nats_url}{' (embedded)' if not settings.nats_url else ''}")
             db = "embedded" if not settings.database_url else "external"
@@ -95,10 +123,14 @@ def serve(settings: Settings, services: tuple[str, ...], processes: bool = False
                         "  Log in    `hpc-ds1 token login` prints a one-time login URL", flush=True
                     )
                 print(f"  CLI token {cli_token_path(settings.home)}", flush=True)
-                server = f"http://{reachable_host(settings.host)}:{settings.port}"
+                server = public_server(settings)
+                pin = join_pin(settings)
+                if serves_tls(settings):
+                    what = "the site's certificate" if pin is None else f"the home's CA, {pin}"
+                    print(f"  TLS       {server} ({what}); loopback stays plain HTTP", flush=True)
                 join = _join_token(settings, ends)
                 if shown:
-                    print(f"  Join      {join_command(server, join)}", flush=True)
+                    print(f"  Join      {join_command(server, join, pin)}", flush=True)
                 else:
                     print("  Join      `hpc-ds1 token join` prints the command that joins a device")
                     print(
@@ -113,6 +145,27 @@ def serve(settings: Settings, services: tuple[str, ...], processes: bool = False
     except RuntimeError as error:
         raise UsageError(str(error)) from None
     return 0
+
+
+def with_tls(settings: Settings) -> Settings:
+    """The settings the gateway serves with: off loopback (unless HPC_DS1_TLS=off) a
+    certificate, the site's when given, else the home's own CA's (made on the first start, and
+    its server certificate made again when it no longer names this machine's addresses). The
+    services' processes read it from the environment, as `hpc-ds1 service gateway` would."""
+    if not serves_tls(settings, configured_only=False):
+        return settings
+    try:
+        if settings.tls_cert is None or settings.tls_key is None:
+            extra = [n for n in settings.tls_names.split(",") if n.strip()]
+            paths, _ = ensure_server_cert(settings.home, local_names(settings.host, extra))
+            settings = settings.model_copy(update={"tls_cert": paths.cert, "tls_key": paths.key})
+        else:
+            ServerCertificate(settings.tls_cert, settings.tls_key)  # readable, a pair, private
+    except TLSError as error:
+        raise UsageError(f"TLS: {error}") from None
+    os.environ["HPC_DS1_TLS_CERT"] = str(settings.tls_cert)
+    os.environ["HPC_DS1_TLS_KEY"] = str(settings.tls_key)
+    return settings
 
 
 def _join_token(settings: Settings, ends: Endpoints) -> str:

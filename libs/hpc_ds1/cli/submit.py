@@ -28,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "$HPC_DS1_HOME/credentials/cli.token, when the server is this home's)",
     )
     parser.add_argument(
+        "--ca-cert-hash",
+        metavar="sha256:HEX",
+        help="an https --server's CA pin (the join command's); default: the pin this home's "
+        "device credential keeps for that server, else the system trust store",
+    )
+    parser.add_argument(
         "--idempotency-key",
         metavar="KEY",
         help="run the command again with the same KEY after a timeout and the first task is "
@@ -41,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..fleet.client import FleetClient, FleetError
+    from ..fleet.client import FleetClient, FleetError, resolve_trust
     from ..fleet.submission import wait_for
 
     if args.size <= 0:
@@ -66,13 +72,14 @@ def handle(args: argparse.Namespace) -> int:
     except CredentialError as error:
         raise UsageError(str(error)) from None
     try:
-        with FleetClient(server, token) as client:
+        trust = resolve_trust(server, args.ca_cert_hash, settings.home)
+        with FleetClient(server, token, trust=trust) as client:
             task = client.submit(args.workload, args.size, key)
             if not args.json:
                 print(f"task {task['task_id']} submitted", flush=True)
             if not args.no_wait:
                 task = wait_for(client, task, timeout=args.timeout, poll_s=0.5)
-    except ValueError as error:  # a server that is not a URL
+    except ValueError as error:  # a server that is not a URL, a pin that is not one
         raise UsageError(str(error)) from None
     except FleetError as error:
         hint = ""

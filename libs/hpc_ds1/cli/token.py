@@ -1,4 +1,6 @@
-"""`hpc-ds1 token create|list|revoke|login|join|nats`: bearer tokens, stored only as hashes; `login`
+"""`hpc-ds1 token create|list|revoke|login|join|nats`: bearer tokens, stored only as hashes
+(`create --expires 30d`: one that stops working then; `list` shows each one's expiry and last
+use, as the gateways saw it); `login`
 prints a new one-time login URL for the browser, `join` the fleet's join token with its expiry
 and uses left (`--rotate [--ttl 24h] [--uses 10]`: a new one, the old one revoked); see
 hpc_ds1.credentials. `nats --name NAME` makes a read-only NATS subscriber credential of the
@@ -13,7 +15,7 @@ import contextlib
 import getpass
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -21,6 +23,7 @@ import nats
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..bus import ConcurrencyConflict
 from ..credentials import (
     JOIN_HOLDER,
     JOIN_TTL_DEFAULT_S,
@@ -35,12 +38,12 @@ from ..credentials import (
     owner_name,
     parse_ttl,
     parse_uses,
-    publish_token,
     reachable_host,
     read_join_token,
     rotate_join_token,
     token_limits,
     utc_text,
+    wait_active,
 )
 from ..db import make_engine, tables
 from ..events import TokenCreated, TokenRevoked, envelope
@@ -58,7 +61,15 @@ from ..infra.subscribers import (
 )
 from ..settings import Settings
 from ..stack import Stack, open_stack
-from ..tokens import HOLDER_PATTERN, HOLDER_RULE, ROLES, new_token, new_token_id, token_hash
+from ..tokens import (
+    HOLDER_PATTERN,
+    HOLDER_RULE,
+    ROLES,
+    new_token,
+    new_token_id,
+    parse_expiry,
+    token_hash,
+)
 from . import PreconditionError, UsageError
 from .common import add_home_argument, add_json_argument, emit, load_settings, print_json
 
@@ -71,11 +82,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     create = actions.add_parser("create", help="a new token, shown once")
     create.add_argument("--name", required=True, help=f"who holds it: {HOLDER_RULE}")
     create.add_argument("--role", required=True, help=f"one of: {', '.join(ROLES)}")
+    create.add_argument(
+        "--expires",
+        type=_argument(parse_expiry),
+        default=None,
+        metavar="WHEN",
+        help="when it stops working: a duration such as 30d or 12h, or a UTC date such as "
+        "2027-06-30 (default: never, until revoked)",
+    )
     add_json_argument(create, "the token, its id, holder and role")
     add_home_argument(create)
     create.set_defaults(handler=handle_create)
 
-    listing = actions.add_parser("list", help="every token: id, holder, role, created, revoked")
+    listing = actions.add_parser(
+        "list", help="every token: id, holder, role, created, revoked, expiry, last use"
+    )
     listing.add_argument("--json", action="store_true", help="print the tokens as JSON")
     add_home_argument(listing)
     listing.set_defaults(handler=handle_list)
@@ -130,6 +151,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     revoke.add_argument(
         "token_id", metavar="TOKEN_ID", help="the token's id (`hpc-ds1 token list` shows them)"
     )
+    revoke.add_argument(
+        "--reason", default=None, help="why, for the audit trail (at most 200 characters)"
+    )
     add_json_argument(revoke, "what was revoked")
     add_home_argument(revoke)
     revoke.set_defaults(handler=handle_revoke)
@@ -161,17 +185,35 @@ def _stack(settings: Settings) -> contextlib.AbstractAsyncContextManager[Stack]:
 
 def handle_create(args: argparse.Namespace) -> int:
     _check(args.name, args.role)
+    expires: datetime | None = args.expires
+    if expires is not None and args.role == "join":
+        raise UsageError(
+            "a join token's expiry is set with `hpc-ds1 token join --rotate --ttl DURATION`"
+        )
     settings = load_settings(home=args.home)
     token = new_token()
     token_id = new_token_id()
     event = TokenCreated(
-        token_id=token_id, holder=args.name, role=args.role, sha256=token_hash(token)
+        token_id=token_id,
+        holder=args.name,
+        role=args.role,
+        sha256=token_hash(token),
+        expires_at=expires,
     )
     asyncio.run(_publish(settings, event))
     if args.json:
-        print_json({"token_id": token_id, "holder": args.name, "role": args.role, "token": token})
+        print_json(
+            {
+                "token_id": token_id,
+                "holder": args.name,
+                "role": args.role,
+                "token": token,
+                "expires_at": expires and expires.isoformat(),
+            }
+        )
         return 0
-    print(f"token {token_id} for {args.name} ({args.role}):")
+    until = f", expires {utc_text(expires)}" if expires is not None else ""
+    print(f"token {token_id} for {args.name} ({args.role}{until}):")
     print(token)
     print("Keep it now: it cannot be shown again (only its SHA-256 is stored).")
     return 0
@@ -189,19 +231,25 @@ async def _send(stack: Stack, event: TokenCreated | TokenRevoked) -> None:
 
 
 def _rows(engine: Engine) -> list[dict[str, Any]]:
-    t = tables.tokens
-    # Never the hash: only what is safe to show.
-    query = select(
-        t.c.token_id,
-        t.c.holder,
-        t.c.role,
-        t.c.created_by,
-        t.c.created_at,
-        t.c.revoked,
-        t.c.expires_at,
-        t.c.max_uses,
-        t.c.uses,
-    ).order_by(t.c.created_at, t.c.token_id)
+    t, ta = tables.tokens, tables.token_activity
+    # Never the hash: only what is safe to show. The last use as the gateways wrote it (at
+    # most a minute behind).
+    query = (
+        select(
+            t.c.token_id,
+            t.c.holder,
+            t.c.role,
+            t.c.created_by,
+            t.c.created_at,
+            t.c.revoked,
+            t.c.expires_at,
+            t.c.max_uses,
+            t.c.uses,
+            ta.c.last_used_at,
+        )
+        .select_from(t.outerjoin(ta, ta.c.token_id == t.c.token_id))
+        .order_by(t.c.created_at, t.c.token_id)
+    )
     with engine.connect() as conn:
         return [dict(row) for row in conn.execute(query).mappings()]
 
@@ -223,6 +271,7 @@ def handle_list(args: argparse.Namespace) -> int:
                         **r,
                         "created_at": r["created_at"].isoformat(),
                         "expires_at": r["expires_at"] and r["expires_at"].isoformat(),
+                        "last_used_at": r["last_used_at"] and r["last_used_at"].isoformat(),
                     }
                     for r in rows
                 ]
@@ -232,7 +281,7 @@ def handle_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no tokens; create one with: hpc-ds1 token create --name NAME --role engineer")
         return 0
-    header = ("ID", "HOLDER", "ROLE", "CREATED", "BY", "REVOKED", "EXPIRES", "USES")
+    header = ("ID", "HOLDER", "ROLE", "CREATED", "BY", "REVOKED", "EXPIRES", "LAST USED", "USES")
     lines = [
         (
             r["token_id"],
@@ -242,6 +291,7 @@ def handle_list(args: argparse.Namespace) -> int:
             r["created_by"],
             "yes" if r["revoked"] else "no",
             _expires(r["expires_at"]),
+            r["last_used_at"].strftime("%Y-%m-%d %H:%M") if r["last_used_at"] else "never",
             f"{r['uses']}/{r['max_uses']}" if r["max_uses"] is not None else "-",
         )
         for r in rows
@@ -259,7 +309,7 @@ def _expires(when: Any) -> str:
     return f"{text} (expired)" if when <= datetime.now(UTC) else text
 
 
-async def _revoke(settings: Settings, token_id: str) -> str:
+async def _revoke(settings: Settings, token_id: str, reason: str | None = None) -> str:
     async with _stack(settings) as stack:
         await stack.caught_up()
         rows = await asyncio.to_thread(_rows, stack.engine)
@@ -270,13 +320,16 @@ async def _revoke(settings: Settings, token_id: str) -> str:
             return f"token {token_id} ({found['holder']}) was already revoked"
         if found["role"] == "nats":  # its NATS user goes first, then the record
             await _drop_subscriber(settings, token_id=token_id)
-        await _send(stack, TokenRevoked(token_id=token_id))
+        await _send(stack, TokenRevoked(token_id=token_id, reason=reason))
         return f"token {token_id} ({found['holder']}, {found['role']}) revoked"
 
 
 def handle_revoke(args: argparse.Namespace) -> int:
+    reason = args.reason.strip() if args.reason else None
+    if reason is not None and not 1 <= len(reason) <= 200:
+        raise UsageError(f"--reason is {len(reason)} characters: give 1 to 200")
     settings = load_settings(home=args.home)
-    said = asyncio.run(_revoke(settings, args.token_id))
+    said = asyncio.run(_revoke(settings, args.token_id, reason))
     emit(args, {"token_id": args.token_id, "revoked": True, "message": said}, said)
     return 0
 
@@ -302,10 +355,12 @@ def handle_login(args: argparse.Namespace) -> int:
     return 0
 
 
-def _join_info(settings: Settings, token: str) -> tuple[str, TokenLimits | None]:
-    """Where devices reach this home's gateway, and the join token's limits: the running
-    gateway says (it knows the address it listens on); without one, the configured host and
-    port, and the limits from an external database when the home has one (None: unknown)."""
+def _join_info(settings: Settings, token: str) -> tuple[str, TokenLimits | None, str | None]:
+    """Where devices reach this home's gateway, the join token's limits, and the join command
+    the gateway gives (with its CA pin when it serves TLS, issue 45): the running gateway says
+    (it knows the address it listens on and the certificate it serves); without one, the
+    configured host and port, and the limits from an external database when the home has one
+    (None: unknown)."""
     owner = running_owner(settings.home)
     if owner is not None and owner.gateway_url:
         try:
@@ -317,17 +372,22 @@ def _join_info(settings: Settings, token: str) -> tuple[str, TokenLimits | None]
             )
             body = reply.json() if reply.status_code == 200 else {}
             if body.get("token") == token and isinstance(body.get("server"), str):
-                return str(body["server"]), _limits_of_answer(body)
+                command = body.get("command")
+                return (
+                    str(body["server"]),
+                    _limits_of_answer(body),
+                    command if isinstance(command, str) else None,
+                )
         except (httpx.HTTPError, ValueError, TypeError, CredentialError):
             pass
     server = f"http://{reachable_host(settings.host)}:{settings.port}"
     if not settings.database_url:
-        return server, None
+        return server, None, None
     engine = make_engine(settings.database_url, pool_size=1)
     try:
-        return server, token_limits(engine, token)
+        return server, token_limits(engine, token), None
     except SQLAlchemyError:
-        return server, None
+        return server, None, None
     finally:
         engine.dispose()
 
@@ -353,22 +413,25 @@ async def _rotate_join(settings: Settings, ttl_s: float, uses: int) -> tuple[str
         rows = await asyncio.to_thread(_rows, stack.engine)
         old = [r["token_id"] for r in rows if r["role"] == "join" and not r["revoked"]]
         token = await asyncio.to_thread(rotate_join_token, settings.home)
-        active = await publish_token(
-            stack.bus,
-            stack.engine,
-            token,
+        new_id = join_token_id(token)
+        # An admin action, audited with its actor (the person at this terminal) and why.
+        created = TokenCreated(
+            token_id=new_id,
             holder=JOIN_HOLDER,
             role="join",
-            token_id=join_token_id(token),
-            source="cli",
-            wait_s=30,
-            ttl_s=ttl_s,
+            sha256=token_hash(token),
+            expires_at=datetime.now(UTC) + timedelta(seconds=ttl_s),
             max_uses=uses,
+            reason="join token rotated",
         )
-        if not active:
+        env = envelope(created, actor=getpass.getuser(), source="cli", prefix=stack.bus.prefix)
+        with contextlib.suppress(ConcurrencyConflict):  # registered already: wait for it
+            await stack.bus.publish(env, expected_version=0)
+        if not await wait_active(stack.engine, token, 30):
             raise UsageError("the new join token was not registered: is the projector running?")
         for token_id in old:
-            await _send(stack, TokenRevoked(token_id=token_id))
+            why = f"join token rotated: replaced by {new_id}"
+            await _send(stack, TokenRevoked(token_id=token_id, reason=why))
         return token, old
 
 
@@ -400,11 +463,11 @@ def handle_join(args: argparse.Namespace) -> int:
             token = found
     except CredentialError as error:
         raise UsageError(str(error)) from None
-    server, limits = _join_info(settings, token)
+    server, limits, answered = _join_info(settings, token)
     if limits is not None and (problem := limits.problem()) is not None:
         # A dead token is not shown as if it worked (`serve` replaces it on its next start).
         raise PreconditionError(problem)
-    command = join_command(server, token)
+    command = answered or join_command(server, token)
     about = (
         "its expiry and uses are known once `hpc-ds1 serve` runs (which replaces it then if "
         "it expired or was used up)"

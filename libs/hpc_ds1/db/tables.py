@@ -260,6 +260,54 @@ tokens = Table(
     Column("uses", Integer, nullable=False, server_default="0"),
 )
 
+# The gateway's own state, not folded from the log (issue 45, sessions that end): `projection
+# rebuild` leaves these alone. Kept in Postgres, not in a gateway's memory, so every replica of
+# the gateway sees the same sessions, sign-outs and sign-ins at once.
+
+# A console session: the browser's cookie holds a random id, this row only its SHA-256 (a
+# database dump holds no usable session). Idle and absolute expiry are checked against
+# last_seen_at and created_at with the database's clock (one clock for every replica).
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("sha256", Text, primary_key=True),
+    Column("session_id", Text, nullable=False, unique=True),  # public: safe to log and list
+    Column("name", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    # How the browser signed in: 'token' (a person's API token: revoking it ends the session),
+    # 'login-link' (the home's one-time login URL) or 'oidc' (the site's OpenID provider).
+    Column("via", Text, nullable=False),
+    Column("token_id", Text, nullable=True),
+    # The person's identity at the OpenID provider: '<issuer>#<sub>' (None: not signed in there).
+    Column("identity", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True, index=True),
+    Column("ended_why", Text, nullable=True),
+)
+
+# A sign-in at the OpenID provider under way: what the callback needs (PKCE verifier, nonce),
+# keyed by the SHA-256 of its `state`, taken once (DELETE ... RETURNING) by whichever replica
+# the browser comes back to.
+oidc_logins = Table(
+    "oidc_logins",
+    metadata,
+    Column("state_sha256", Text, primary_key=True),
+    Column("verifier", Text, nullable=False),
+    Column("nonce", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, index=True),
+)
+
+# When each token was last used, as the gateways saw it (at most one write per token and
+# replica a minute): `hpc-ds1 token list` shows it. Not an event: one per API call would drown
+# the log.
+token_activity = Table(
+    "token_activity",
+    metadata,
+    Column("token_id", Text, primary_key=True),
+    Column("last_used_at", DateTime(timezone=True), nullable=False),
+)
+
 # Everything `projection rebuild` empties and refills from the log (order: safe to truncate).
 READ_MODELS: tuple[Table, ...] = (
     events,

@@ -1,11 +1,18 @@
 """The remote agent: one device of the fleet, talking to the coordinator over HTTP only
 (outbound; the device needs no open port).
 
-    Agent("http://coordinator:8765", JOIN_TOKEN).run()
+    Agent("https://coordinator:8765", JOIN_TOKEN, ca_pin="sha256:…").run()
 
 On its first start it trades the join token (with its hardware fingerprint) for the device's
 own credential, kept in `$HOME/credentials/device.json` (0600); a restart reuses it, so the
-device keeps its identity. It then
+device keeps its identity. Over https with a CA pin (the join command's --ca-cert-hash) it
+first fetches the server's chain, keeps the CA that hashes to the pin (in
+`credentials/coordinator-ca.pem` beside the credential, its pin in device.json) and from then
+on, the join included, talks only to a server whose chain ends at that CA: one that does not
+is refused, saying which CA was expected and what it presented (at the join the agent stops;
+later, say an impostor on the coordinator's address, each call is refused and retried with
+back-off, nothing is sent). Without a pin an https server must satisfy the system trust store
+(a site certificate). It then
 - uploads the measurements and the model that `hpc-ds1 setup` recorded in its own home, at
   start and whenever the home's model changes (models/latest.json), opening the home's log and
   database only for the moment it reads them;
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -36,6 +44,7 @@ from urllib.parse import urlsplit
 
 from ..credentials import CredentialError, _replace, credentials_dir
 from ..devicelock import Cancelled, device_lock
+from ..infra import tls
 from ..log import get_logger
 from ..requests import SAFE_ID, SAFE_ID_RULE
 from ..settings import Settings
@@ -48,8 +57,11 @@ from .client import (
     Forbidden,
     ServerError,
     TooManyRequests,
+    Trust,
     Unreachable,
+    UntrustedServer,
     base_url,
+    pinned_trust,
 )
 from .execute import TaskResult, describe, refused, run_work_item, stopped
 from .slurm import SlurmPartition
@@ -59,6 +71,7 @@ log = get_logger("fleet-agent")
 T = TypeVar("T")
 
 DEVICE_FILE = "device.json"
+CA_FILE = "coordinator-ca.pem"  # the pinned CA's certificate, beside device.json
 STOP_GRACE_S = 10.0  # a stop waits this long for the killed job's result to go out
 STOPPED_POST_S = 3.0  # the last result of a stopped job gets one short try
 MAX_BACKOFF_S = 30.0
@@ -96,13 +109,23 @@ class Identity:
     token_id: str
     heartbeat_interval_s: float | None = None
     long_poll_s: float | None = None
+    ca_pin: str | None = None  # sha256:… of the coordinator's CA (https with a pin)
+    ca_pem: str | None = None  # that CA's certificate (credentials/coordinator-ca.pem)
 
     def __repr__(self) -> str:  # never the token
         return f"Identity(server={self.server!r}, device_id={self.device_id!r})"
 
+    @property
+    def trust(self) -> Trust | None:
+        return Trust(self.ca_pin, self.ca_pem) if self.ca_pin else None
+
 
 def device_file(home: Path) -> Path:
     return Path(home) / "credentials" / DEVICE_FILE
+
+
+def ca_file(home: Path) -> Path:
+    return Path(home) / "credentials" / CA_FILE
 
 
 def same_server(a: str, b: str) -> bool:
@@ -131,12 +154,26 @@ def load_identity(home: Path, server: str) -> Identity | None:
             token_id=str(raw["token_id"]),
             heartbeat_interval_s=raw.get("heartbeat_interval_s"),
             long_poll_s=raw.get("long_poll_s"),
+            ca_pin=tls.parse_pin(raw["ca_pin"]) if raw.get("ca_pin") else None,
         )
     except (ValueError, KeyError, TypeError):
         raise CredentialError(
             f"{path} does not hold a device identity; delete it to join again"
         ) from None
-    return found if same_server(found.server, server) else None
+    if not same_server(found.server, server):
+        return None
+    if found.ca_pin is not None:
+        # The CA kept at the join must still hash to the pin: an altered file is not trusted.
+        where = ca_file(home)
+        try:
+            pem = tls.check_ca_pem(where.read_text(), found.ca_pin)
+        except (OSError, tls.TLSError) as error:
+            raise CredentialError(
+                f"{where} cannot be trusted for the pin {found.ca_pin} in {path} ({error}); "
+                "delete both to join again"
+            ) from None
+        found = dataclasses.replace(found, ca_pem=pem)
+    return found
 
 
 def save_identity(home: Path, identity: Identity) -> Path:
@@ -150,7 +187,10 @@ def save_identity(home: Path, identity: Identity) -> Path:
         "token_id": identity.token_id,
         "heartbeat_interval_s": identity.heartbeat_interval_s,
         "long_poll_s": identity.long_poll_s,
+        "ca_pin": identity.ca_pin,
     }
+    if identity.ca_pin and identity.ca_pem:
+        _replace(ca_file(home), identity.ca_pem.strip())  # first: device.json names its pin
     _replace(path, json.dumps(body, indent=2))
     return path
 
@@ -284,8 +324,14 @@ class Agent:
         home: str | Path | None = None,
         name: str | None = None,
         slurm_partition: str | None = None,
+        ca_pin: str | None = None,
     ) -> None:
         self.server = base_url(server)
+        # The CA the join command pins (kubeadm's --discovery-token-ca-cert-hash); ValueError
+        # saying the accepted form for anything else, or for a pin without https.
+        self.ca_pin = tls.parse_pin(ca_pin) if ca_pin else None
+        if self.ca_pin and not self.server.startswith("https://"):
+            raise ValueError(f"a CA pin needs an https:// server, not {self.server}")
         if name is not None and not SAFE_ID.match(name):
             raise ValueError(f"name {name!r} is not valid: use {SAFE_ID_RULE}")
         self._join_token = (token or "").strip()  # needed only to join (no device.json yet)
@@ -342,9 +388,14 @@ class Agent:
         # A job left on record by a previous agent of this home (killed with its guard, say
         # by kill -9) dies now: whoever takes the free device lock kills it.
         await asyncio.to_thread(_sweep_leftovers, self.home)
-        client = AgentClient(self.server, self._join_token, transport=self.transport)
+        client: AgentClient | None = None
         try:
-            identity = await self._until_stopped(self._identity(client))
+            stored = await asyncio.to_thread(load_identity, self.home, self.server)
+            trust = await self._until_stopped(self._trust(stored))
+            client = AgentClient(
+                self.server, self._join_token, transport=self.transport, trust=trust
+            )
+            identity = await self._until_stopped(self._identity(client, stored))
             client.use_token(identity.token)
             if self.on_ready is not None:
                 self.on_ready(identity.device_id)
@@ -355,7 +406,8 @@ class Agent:
         finally:
             for sig in handled:
                 self._loop.remove_signal_handler(sig)
-            await client.close()
+            if client is not None:
+                await client.close()
             log.info("agent_stopped", device_id=self.device_id)
 
     def _install_signals(self) -> list[int]:
@@ -430,7 +482,7 @@ class Agent:
         """`call()` until it gets an answer: an unreachable or failing coordinator is tried
         again with back-off (0.5 s doubling to 30 s), a 429 after its Retry-After; a refusal
         is raised."""
-        delay, failures = self.retry_first_s, 0
+        delay, failures, untrusted = self.retry_first_s, 0, 0
         while True:
             try:
                 found = await call()
@@ -447,13 +499,46 @@ class Agent:
                 await self._pause(delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
+            except UntrustedServer as error:
+                if self.device_id is None:
+                    raise  # at the join: the pin or the address is wrong; said, and the end
+                # Later (an impostor on the coordinator's address, a certificate of another
+                # CA put in place): refused, nothing sent, tried again with back-off, loudly.
+                failures += 1
+                untrusted += 1
+                if untrusted == 1 or untrusted % 10 == 0:
+                    log.error("coordinator_untrusted", doing=what, error=str(error))
+                await self._pause(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+                continue
             if failures:
                 log.info("coordinator_reachable", doing=what, after_failures=failures)
             return found
 
     # --- identity ------------------------------------------------------------------------
-    async def _identity(self, client: AgentClient) -> Identity:
-        found = await asyncio.to_thread(load_identity, self.home, self.server)
+    async def _trust(self, stored: Identity | None) -> Trust | None:
+        """What this agent's calls trust: the stored identity's pinned CA; at the join, the CA
+        of the server's chain that hashes to the pin (retried while unreachable); without a
+        pin, the system trust store (https) or nothing (http)."""
+        if stored is not None:
+            if self.ca_pin and stored.ca_pin != self.ca_pin:
+                raise FleetError(
+                    f"{device_file(self.home)} joined {stored.server} trusting "
+                    f"{stored.ca_pin or 'no pinned CA'}, not the {self.ca_pin} given: delete it "
+                    f"(and {ca_file(self.home).name}) to join again with the new pin"
+                )
+            return stored.trust
+        if not self.server.startswith("https://"):
+            return None
+        if self.ca_pin is None:
+            return Trust()
+        pin = self.ca_pin
+        return await self._retrying(
+            "read the coordinator's certificate",
+            lambda: asyncio.to_thread(pinned_trust, self.server, pin),
+        )
+
+    async def _identity(self, client: AgentClient, found: Identity | None) -> Identity:
         if found is None:
             found = await self._join(client)
             path = await asyncio.to_thread(save_identity, self.home, found)
@@ -500,6 +585,7 @@ class Agent:
             ) from None
         except Conflict as error:
             raise Conflict(f"cannot join: {error}", error.status) from None
+        trust = client.trust
         return Identity(
             server=self.server,
             device_id=str(answer["device_id"]),
@@ -507,6 +593,8 @@ class Agent:
             token_id=str(answer["token_id"]),
             heartbeat_interval_s=answer.get("heartbeat_interval_s"),
             long_poll_s=answer.get("long_poll_s"),
+            ca_pin=trust.pin if trust else None,
+            ca_pem=trust.ca_pem if trust else None,
         )
 
     def _refused(self, error: CredentialRefused) -> CredentialRefused:
@@ -519,7 +607,7 @@ class Agent:
 
     # --- heartbeats ------------------------------------------------------------------------
     async def _heartbeat_loop(self, client: AgentClient) -> None:
-        failures = 0
+        failures = untrusted = 0
         while True:
             running = self.running
             try:
@@ -537,9 +625,14 @@ class Agent:
                     await client.heartbeat(None, None)
                 if failures:
                     log.info("heartbeat_resumed", after_failures=failures)
-                failures = 0
+                failures = untrusted = 0
             except CredentialRefused as error:
                 raise self._refused(error) from None
+            except UntrustedServer as error:  # nothing was sent; said as loudly as the poll does
+                failures += 1
+                untrusted += 1
+                if untrusted == 1 or untrusted % 10 == 0:
+                    log.error("coordinator_untrusted", doing="take a heartbeat", error=str(error))
             except FleetError as error:
                 failures += 1
                 if failures == 1 or failures % 10 == 0:

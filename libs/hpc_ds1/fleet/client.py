@@ -3,15 +3,25 @@ agent-facing ones (join, work long-poll, heartbeat, started, result, measurement
 `AgentClient` (async, for the agent), the user-facing ones (tasks, devices) in `FleetClient`
 (sync, for `submit` and the CLI). Both turn an unwanted answer into a `FleetError` whose message
 says what happened; neither ever logs or prints a token (it is only in the Authorization
-header; `repr` of a client does not show it)."""
+header; `repr` of a client does not show it).
+
+Over https both verify the server (issue 45): against the CA the join command pinned
+(`Trust`, kept beside the device's credential) or the system trust store for a site
+certificate. `verify_for` is the one place their TLS context is made; a server that fails it
+is an `UntrustedServer`, saying which CA was expected and what the server presented."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from ..infra import tls
 from ..log import get_logger
 from .execute import TaskResult
 from .work import WorkItem
@@ -59,6 +69,13 @@ class ServerError(FleetError):
 
 class Unreachable(FleetError):
     """No answer: connection refused, DNS, TLS, or a timeout; worth retrying."""
+
+
+class UntrustedServer(FleetError):
+    """The server's certificate chain does not end at the CA this client trusts (the pinned one,
+    or the system store's): nothing was sent to it. Not worth retrying at once: it is either
+    not the coordinator, or the pin or the trust store is wrong; the message says which CA was
+    expected and what the server presented."""
 
 
 class TooManyRequests(FleetError):
@@ -127,7 +144,100 @@ def check(response: httpx.Response, server: str, what: str) -> httpx.Response:
 
 
 def unreachable(server: str, what: str, error: Exception) -> Unreachable:
-    return Unreachable(f"cannot reach {server} to {what}: {type(error).__name__}: {error}")
+    said = f"cannot reach {server} to {what}: {type(error).__name__}: {error}"
+    if server.startswith("http://") and isinstance(error, httpx.RemoteProtocolError):
+        # what a plain-HTTP request to a TLS port gets: the handshake fails, the server hangs up
+        said += " (does it serve HTTPS? then use https:// and the join command's --ca-cert-hash)"
+    return Unreachable(said)
+
+
+# --- what an HTTPS call trusts (issue 45): the one place a verifying client is built ----------
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What HTTPS calls to a coordinator trust: the CA whose SPKI hashes to `pin` (its PEM
+    fetched at the join and kept beside the device's credential), or, without a pin, the
+    system trust store (a site certificate; SSL_CERT_FILE names a bundle)."""
+
+    pin: str | None = None
+    ca_pem: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        return tls.client_context(self.ca_pem)
+
+    def describe(self) -> str:
+        return f"the pinned CA {self.pin}" if self.pin else "the system trust store"
+
+
+def verify_for(server: str, trust: Trust | None) -> ssl.SSLContext | bool:
+    """httpx's `verify` for calls to `server`: the trust's context for https (the system store
+    when none is given), True (unused) for plain http."""
+    if not server.startswith("https://"):
+        return True
+    return (trust or Trust()).context()
+
+
+def pinned_trust(server: str, pin: str) -> Trust:
+    """The CA of `server`'s presented chain that hashes to `pin` (kubeadm's discovery: an
+    unverified handshake, then the pin decides). Blocking. UntrustedServer when the chain has
+    no such CA; Unreachable when the server cannot be reached."""
+    try:
+        return Trust(pin, tls.fetch_pinned_ca(server, pin))
+    except tls.UntrustedServer as error:
+        raise UntrustedServer(str(error)) from None
+    except (OSError, ssl.SSLError) as error:
+        raise unreachable(server, "read its certificate", error) from None
+
+
+def resolve_trust(server: str, ca_pin: str | None = None, home: Path | None = None) -> Trust | None:
+    """What calls to `server` trust: None for http (ValueError when a pin is given: a pin
+    needs https); with `ca_pin`, the CA it pins (from this home's device credential when it
+    holds that pin for the server, else fetched and checked); without, the pin this home's
+    device credential keeps for the server, or this home's own CA when `server` is this home's
+    own gateway; else the system trust store. Blocking."""
+    if not server.strip().lower().startswith("https://"):
+        if ca_pin:
+            raise ValueError(f"a CA pin needs an https:// server, not {server!r}")
+        return None
+    pin = tls.parse_pin(ca_pin) if ca_pin else None
+    stored = _stored_trust(server, home) if home is not None else None
+    if stored is not None and (pin is None or stored.pin == pin):
+        return stored
+    if pin is not None:
+        return pinned_trust(server, pin)
+    return Trust()
+
+
+def _stored_trust(server: str, home: Path) -> Trust | None:
+    from ..credentials import CredentialError
+    from .agent import load_identity
+
+    try:
+        identity = load_identity(home, server)
+    except CredentialError:
+        identity = None
+    if identity is not None and identity.ca_pin and identity.ca_pem:
+        return Trust(identity.ca_pin, identity.ca_pem)
+    from ..infra.home import running_owner
+
+    owner = running_owner(home)
+    pin = tls.home_pin(home)
+    if owner is not None and owner.gateway_url and pin is not None:
+        from ..credentials import _origin
+
+        if _origin(owner.gateway_url) == _origin(server):
+            return Trust(pin, tls.HomeTLS.of(home).ca_cert.read_text())
+    return None
+
+
+def refused_by_tls(server: str, error: Exception, trust: Trust | None) -> UntrustedServer | None:
+    """The UntrustedServer a failed call amounts to (the server's chain did not verify), with
+    what it presented; None for any other failure. Blocking (it reads the chain again)."""
+    if not server.startswith("https://"):
+        return None
+    said = tls.explain_refusal(server, error, trust.pin if trust else None)
+    return UntrustedServer(said) if said else None
 
 
 def _headers(token: str) -> dict[str, str]:
@@ -145,10 +255,17 @@ class AgentClient:
         *,
         timeout_s: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        trust: Trust | None = None,
     ) -> None:
         self.server = base_url(server)
         self._token = token
-        self._http = httpx.AsyncClient(base_url=self.server, timeout=timeout_s, transport=transport)
+        self.trust = trust
+        self._http = httpx.AsyncClient(
+            base_url=self.server,
+            timeout=timeout_s,
+            transport=transport,
+            verify=verify_for(self.server, trust),
+        )
 
     def __repr__(self) -> str:
         return f"AgentClient({self.server!r})"
@@ -166,7 +283,8 @@ class AgentClient:
         try:
             response = await self._http.request(method, path, headers=headers, **kwargs)
         except httpx.HTTPError as error:
-            raise unreachable(self.server, what, error) from None
+            refused = await asyncio.to_thread(refused_by_tls, self.server, error, self.trust)
+            raise refused or unreachable(self.server, what, error) from None
         return check(response, self.server, what)
 
     async def join(
@@ -285,12 +403,22 @@ class AgentClient:
 class FleetClient:
     """The user-facing endpoints (tasks and devices) with a user's token. Synchronous."""
 
-    def __init__(self, server: str, token: str | None, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        *,
+        timeout_s: float = 30.0,
+        trust: Trust | None = None,
+    ) -> None:
+        """`trust`: what an https server must prove (resolve_trust); None: the system store."""
         self.server = base_url(server)
+        self.trust = trust
         self._http = httpx.Client(
             base_url=self.server,
             timeout=timeout_s,
             headers=_headers(token) if token else {},
+            verify=verify_for(self.server, trust),
         )
 
     def __repr__(self) -> str:
@@ -309,7 +437,9 @@ class FleetClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
-            raise unreachable(self.server, what, error) from None
+            raise refused_by_tls(self.server, error, self.trust) or unreachable(
+                self.server, what, error
+            ) from None
         return check(response, self.server, what).json()
 
     def submit(
