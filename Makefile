@@ -8,7 +8,7 @@ export CONSOLE_SCREENS ?= $(CURDIR)/build/console-screens
 SCREENS := $(CONSOLE_SCREENS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser slurm apps run test lint format typecheck pytest schemas bench bench-eventlog bench-decide-http bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes bench-probe clean
+.PHONY: help install browser slurm apps tcpdump run test lint format typecheck pytest schemas bench bench-eventlog bench-year bench-decide-http bench-kernels bench-soak bench-faults bench-placement bench-fleet-sim bench-fleet-faults bench-longpoll bench-console bench-replicas bench-serve-modes bench-probe bench-tls clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) browser slurm apps ## create .venv and install the project with its dev tools
+install: $(STAMP) browser slurm apps tcpdump ## create .venv and install the project with its dev tools
 
 browser: ## Debian's chromium for the console's browser tests (apt, as root; quiet when present)
 	@deploy/install-browser.sh
@@ -30,15 +30,19 @@ slurm: ## Debian's Slurm and munge for the Slurm tests (apt, as root; quiet when
 apps: ## Debian's hpcc and its Open MPI for the real-application tests (apt, as root; quiet when present)
 	@deploy/install-apps.sh
 
+tcpdump: ## Debian's tcpdump for the fleet's TLS capture test (apt, as root; quiet when present)
+	@deploy/install-tcpdump.sh
+
 run: $(STAMP) ## serve the product (embedded NATS + Postgres under $$HPC_DS1_HOME)
 	$(BIN)/hpc-ds1 serve
 
-test: $(STAMP) browser slurm apps lint typecheck pytest ## everything CI runs: lint, types, the test suite
+test: $(STAMP) browser slurm apps tcpdump lint typecheck pytest ## everything CI runs: lint, types, the test suite
 
-lint: $(STAMP) ## ruff lint and format check, schemas in sync
+lint: $(STAMP) ## ruff lint and format check, schemas in sync, the docs site built strict
 	$(BIN)/ruff check libs services migrations tests benchmarks
 	$(BIN)/ruff format --check libs services migrations tests benchmarks
 	$(BIN)/python -m hpc_ds1.events.schemas --check schemas
+	@$(MAKE) --no-print-directory docs
 
 typecheck: $(STAMP) ## mypy over libs and services
 	$(BIN)/mypy
@@ -48,6 +52,19 @@ pytest: $(STAMP) ## the test suite alone, in two pytest-xdist workers (PYTEST_WO
 	@status=0; $(BIN)/pytest -q -rs --durations=30 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder || status=$$?; \
 	if [ -d "$(SCREENS)" ]; then echo "console screenshots (one per section, tests/console): $(SCREENS)"; fi; \
 	exit $$status
+
+# The tiers (docs/contributing.md): `slow` is left out of every run but test-slow's
+# (pyproject.toml's addopts); test-fast leaves out the folders that start real machines too.
+FAST_MARKERS := not slow and not e2e and not browser and not netns and not slurm and not cluster and not compose
+.PHONY: test-fast test-slow docs
+test-fast: $(STAMP) ## the inner loop: the suite without slow, e2e, browser, netns, slurm and cluster tests
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "$(FAST_MARKERS)"
+
+test-slow: $(STAMP) ## only the long forms of the checks marked slow (their small forms run in pytest)
+	$(BIN)/pytest -q -rs --durations=10 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder -m slow
+
+docs: $(STAMP) ## the docs site (mkdocs, Material) into build/site; a broken link or anchor fails it
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 .PHONY: test-compose
 test-compose: $(STAMP) ## as root: docker-compose.yml under podman-compose, driven through the gateway (no registry needed)
@@ -64,6 +81,9 @@ bench: bench-eventlog bench-kernels bench-faults bench-placement bench-fleet-sim
 
 bench-eventlog: $(STAMP) ## events/s publish→row and projection lag, both sync settings
 	$(BIN)/python benchmarks/bench_eventlog.py
+
+bench-year: $(STAMP) ## a generated year (10M events, 1,000 devices): rebuild, reads, bytes per million, archive
+	$(BIN)/python benchmarks/bench_year.py
 
 bench-decide-http: $(STAMP) ## POST /v1/decide through `serve`: p50/p99 (1 client), requests/s (8), CPU per request
 	@deploy/install-wrk.sh
@@ -93,6 +113,12 @@ bench-replicas: $(STAMP) ## two gateways, decisions, projectors as processes: ki
 bench-serve-modes: $(STAMP) ## `serve` with its services in one process vs each its own: decide p50/p99, requests/s (1 and 8 clients)
 	@deploy/install-wrk.sh
 	$(BIN)/python benchmarks/bench_serve_modes.py 1000 --rounds 2
+
+bench-tls: $(STAMP) ## HTTPS against HTTP in one run: long-poll dispatch p50 (<= x1.10) and decide requests/s (>= 90 %)
+	@deploy/install-wrk.sh
+	$(BIN)/python benchmarks/bench_longpoll.py --tls both --rounds 2 --agents 200 --items 400 --rate 50 --idle 3
+	$(BIN)/python benchmarks/bench_decide_http.py --tls both --rounds 2 --seconds 10
+	$(BIN)/python benchmarks/bench_tls_overhead.py
 
 bench-probe: $(STAMP) ## issue 41's probe as a device credential's holder against a fresh `serve`: what holds now
 	$(BIN)/python benchmarks/probe_devices.py

@@ -4,23 +4,37 @@ HPC_DS1_DATABASE_URL). Each test gets its own stream, subject prefix, database a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
+import subprocess
+import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psycopg
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 
 from hpc_ds1 import log, workloads
 from hpc_ds1.bus import EventBus
-from hpc_ds1.db import make_engine, normalize_url, upgrade
+from hpc_ds1.credentials import read_cli_token, read_join_token
+from hpc_ds1.db import make_engine, normalize_url, tables, upgrade
+from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, envelope
+from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.nats_server import EmbeddedNats
+from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres
+from hpc_ds1.runtime import run_service
 from hpc_ds1.settings import Settings
+from tests.commands import HPC_DS1, cli_env
+from tests.fleet.coordinator import CONFIG, SIZE, START_S, Coordinator, bearer
 
 log.configure("info", json=True)
 
@@ -126,6 +140,119 @@ async def bus(settings: Settings, nats_url: str) -> AsyncIterator[EventBus]:
     await connected.close()
 
 
+# A real coordinator and a device's own home, for the fleet's tests (tests/fleet, tests/slurm);
+# what they hold is in tests/fleet/coordinator.py.
+@pytest.fixture
+def coordinator(settings: Settings, engine: Any, tmp_path: Path) -> Iterator[Coordinator]:
+    """`hpc-ds1 serve` of the test's home on a free port."""
+    port = free_port()
+    env = {**cli_env(settings), "HPC_DS1_PORT": str(port), "HPC_DS1_HEARTBEAT_INTERVAL_S": "1"}
+    out, err = open(tmp_path / "serve.out", "w"), open(tmp_path / "serve.err", "w")
+    proc = subprocess.Popen(
+        [HPC_DS1, "serve"], env=env, stdout=out, stderr=err, start_new_session=True
+    )
+    server = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_S
+        join = cli = None
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "serve.err").read_text()[-3000:]
+            join, cli = read_join_token(settings.home), read_cli_token(settings.home)
+            if join and cli:
+                with contextlib.suppress(httpx.HTTPError):
+                    ready = httpx.get(f"{server}/readyz", headers=bearer(cli), timeout=2)
+                    if ready.status_code == 200:
+                        break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(
+                "serve did not get ready\n" + (tmp_path / "serve.err").read_text()[-3000:]
+            )
+        assert join and cli
+        yield Coordinator(server, join, cli, settings)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        out.close()
+        err.close()
+
+
+@pytest.fixture
+async def device_home(tmp_path: Path, nats_url: str, postgres_url: str) -> AsyncIterator[Settings]:
+    """A device's own home as its setup leaves it: its own log (stream) and database, holding
+    its local device and a measurement of the job the test submits."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    tag = uuid.uuid4().hex[:10]
+    settings = Settings(
+        home=tmp_path / "device-home",
+        nats_url=nats_url,
+        database_url=make_url(postgres_url)
+        .set(database=name)
+        .render_as_string(hide_password=False),
+        stream=f"EV_{tag}",
+        subject_prefix=f"t{tag}",
+        log_json=True,
+    )
+    assert settings.database_url
+    engine = make_engine(settings.database_url, pool_size=1)
+    upgrade(engine)
+    bus = await EventBus.connect(settings, nats_url, "device-home")
+    await bus.ensure_streams()
+    stop = asyncio.Event()
+    projector = asyncio.create_task(
+        run_service("projector", settings, nats_url, settings.database_url, stop)
+    )
+    try:
+        hw = await asyncio.to_thread(fingerprint)
+        registered = DeviceRegistered(
+            device_id=hw.device_id,
+            hostname=hw.hostname,
+            fingerprint=hw.model_dump(mode="json"),
+            local=True,
+        )
+        measured = MeasurementRecorded(
+            measurement_id=f"m-{tag}",
+            device_id=hw.device_id,
+            workload="montecarlo",
+            size=SIZE,
+            config=CONFIG,
+            status="ok",
+            runtime_s=0.002,
+            repeats=3,
+            spread=0.01,
+            check_ok=True,
+            purpose="setup",
+        )
+        for event in (registered, measured):
+            await bus.publish(envelope(event, actor="setup", source="test", prefix=bus.prefix))
+        target = await bus.last_sequence()
+        for _ in range(600):
+            with engine.connect() as conn:
+                seq = conn.execute(select(tables.checkpoints.c.last_seq)).scalar()
+            if seq is not None and seq >= target:
+                break
+            await asyncio.sleep(0.05)
+        yield settings
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(projector, 30)
+        for stream in (settings.stream, settings.dead_letter_stream):
+            with contextlib.suppress(Exception):
+                await bus.js.delete_stream(stream)
+        await bus.close()
+        engine.dispose()
+        with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 # `make pytest` runs two pytest-xdist workers (--dist loadscope). The unit of work is a module,
 # except the folders below: their tests share a package or session fixture, or drive a
 # machine-wide service, so each folder goes to one worker whole (the scheduler below), and the
@@ -147,7 +274,28 @@ def work_unit(nodeid: str) -> str:
     return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
 
 
+# The tiers (pyproject.toml registers the markers; docs/contributing.md says what each is for).
+# A folder's tier comes from here, so its tests need no mark of their own; `slow` is set on the
+# test itself, beside the small version that stays in the default run.
+FOLDER_TIERS = {
+    "tests/e2e/": "e2e",  # a really measured and trained device
+    "tests/deploy/": "e2e",  # every service as its own process, replicas, kill -9
+    "tests/apps/": "e2e",  # a real application (hpcc) under Open MPI
+    "tests/upgrade/": "e2e",  # a home made by the previous release's code, served by this one
+    "tests/console/": "browser",  # Debian's chromium through Playwright
+    "tests/fleet_e2e/": "netns",  # agents in network namespaces (root)
+    "tests/slurm/": "slurm",  # a real slurmctld + slurmd
+    "tests/cluster/": "cluster",  # a three-node NATS cluster, a site's Postgres role
+    "tests/compose/": "compose",  # docker-compose.yml under podman (make test-compose)
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        for folder, tier in FOLDER_TIERS.items():
+            if path.startswith(folder):
+                item.add_marker(tier)
     rank = {folder: i for i, folder in enumerate(SHARED_FOLDERS)}
     # stable: a module keeps its order
     items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))

@@ -5,7 +5,6 @@ trail (a warning, once, when none serves it), the hardware guard checks the mach
 from __future__ import annotations
 
 import getpass
-import math
 import time
 import warnings
 from pathlib import Path
@@ -15,53 +14,12 @@ import pytest
 
 import hpc_ds1
 from hpc_ds1.decision_log import DecisionNotLogged
-from hpc_ds1.hardware import Fingerprint, fingerprint
+from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.ports import free_port
-from hpc_ds1.model import Measurement, State, train
-from hpc_ds1.models_store import save_local
-from hpc_ds1.space import Config, ConfigSpace
+from hpc_ds1.model import State
+from hpc_ds1.space import Config
 from tests.serving import cli_headers, start_serve, stop, wait_ready
-
-SIZES = (48, 64, 96)
-
-
-def synthetic(fp: Fingerprint) -> list[Measurement]:
-    """Runtimes with a clear best configuration (no real runs: the model only has to exist)."""
-    out = []
-    for config in ConfigSpace.for_device(fp, "gemm").configs():
-        for size in SIZES:
-            work = size**3 / 1e9
-            speed = min(config.ranks * config.threads, fp.cpus) * (1 + math.log2(config.tile) / 10)
-            runtime = work / speed + 1e-3 * config.ranks
-            out.append(
-                Measurement(
-                    workload="gemm",
-                    size=size,
-                    config=config.model_dump(),
-                    status="ok",
-                    runtime_s=runtime,
-                    throughput=2 * size**3 / runtime / 1e9,
-                )
-            )
-    return out
-
-
-TRAINED: dict[str, tuple[str, bytes]] = {}
-
-
-def trained_on(fp: Fingerprint) -> tuple[str, bytes]:
-    """One training per device for the whole module (training is the slow part)."""
-    if fp.device_id not in TRAINED:
-        trained = train(synthetic(fp), fp, seed=0, candidates=["logistic"])  # the quickest
-        TRAINED[fp.device_id] = (trained.version, trained.to_onnx())
-    return TRAINED[fp.device_id]
-
-
-def home_with_model(home: Path, fp: Fingerprint) -> str:
-    version, data = trained_on(fp)
-    save_local(home / "models", version, fp.device_id, data)
-    return version
-
+from tests.trained import home_with_model
 
 STATE = State(workload="gemm", size=64, config=Config(ranks=1, threads=1, tile=64), runtime_s=0.01)
 

@@ -8,8 +8,8 @@ from benchmarks.live_sessions import FLOOR, NONE, compare_floors
 from hpc_ds1.evaluation.policies import SessionOutcome
 from hpc_ds1.evaluation.truth import TruePoint
 from hpc_ds1.model.schema import Thresholds
-from tests.evaluation.test_live import Runs, Walker
-from tests.evaluation.test_policies import BEST, SPACE, bowl, runtime
+from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime
+from tests.evaluation.scripted import Runs, Walker
 
 
 class Noisy(Walker):

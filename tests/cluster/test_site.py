@@ -306,7 +306,7 @@ def test_serve_on_the_site_cluster_and_postgres(
     process = start_serve(home, port, HPC_DS1_DATABASE_URL=site.url(), **environment)
     output = ""
     try:
-        from tests.test_python_api import trained_on
+        from tests.trained import trained_on
 
         device_id = fingerprint().device_id
         version, onnx = trained_on(fingerprint())

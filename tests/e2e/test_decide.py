@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 
 import httpx
 import orjson
@@ -20,23 +19,11 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.stack import open_stack
 from hpc_ds1.subjects import decide_subject
-from tests.commands import HPC_DS1
+from tests.commands import HPC_DS1, cli_env
 
 from .tokens import bearer, grant
 
 SERVICES = ("projector", "agent", "decision", "gateway")
-
-
-def cli_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_DS1_")}
-    env.update(
-        HPC_DS1_HOME=str(settings.home),
-        HPC_DS1_NATS_URL=str(settings.nats_url),
-        HPC_DS1_DATABASE_URL=str(settings.database_url),
-        HPC_DS1_STREAM=settings.stream,
-        HPC_DS1_SUBJECT_PREFIX=settings.subject_prefix,
-    )
-    return env
 
 
 async def test_python_nats_http_and_cli_give_the_same_decision(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,60 +29,11 @@ from hpc_ds1.evaluation.policies import model_session, system1_answer
 from hpc_ds1.evaluation.report import render_live
 from hpc_ds1.evaluation.truth import TruePoint, score_sessions
 from hpc_ds1.model.schema import Measurement, Thresholds
-from hpc_ds1.runner.result import RunResult, Status
 from hpc_ds1.space import Config, ConfigSpace
-from tests.evaluation.test_pick import Scripted
-from tests.evaluation.test_policies import BEST, SPACE, bowl, runtime
+from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime
+from tests.evaluation.scripted import Runs, Walker
 
 START = Config(ranks=1, threads=1, tile=32)
-
-
-class Runs:
-    """A run function over the bowl: every call is a run, answered with `factor` x runtime."""
-
-    def __init__(self, factor: dict[Config, list[float]] | None = None, fail: Config | None = None):
-        self.calls: list[Config] = []
-        self.factor = factor or {}
-        self.fail = fail
-
-    def __call__(self, workload: str, size: int, config: Config) -> RunResult:
-        self.calls.append(config)
-        if config == self.fail:
-            return RunResult(workload=workload, size=size, config=config, status=Status.FAILED)
-        scale = self.factor.get(config, [1.0])
-        t = runtime(config) * scale[min(self.calls.count(config), len(scale)) - 1]
-        return RunResult(
-            workload=workload,
-            size=size,
-            config=config,
-            status=Status.OK,
-            runtime_s=t,
-            runtimes_s=(t, t, t),
-            spread=0.01,
-            repeats=3,
-        )
-
-
-class Walker(Scripted):
-    """Scripted moves, a recommendation, and the states it was asked from."""
-
-    def __init__(self, alternatives: dict[str, float], recommended: Config = BEST) -> None:
-        super().__init__(alternatives)
-        self.recommended = recommended
-        self.asked: list[Any] = []
-
-    def decide(self, state: Any, *, space: ConfigSpace, thresholds: Thresholds) -> Any:
-        self.asked.append(state)
-        return super().decide(state, space=space, thresholds=thresholds)
-
-    def space_for(self, workload: str) -> ConfigSpace:
-        return SPACE
-
-    def recommend(self, workload: str, size: int, **_: Any) -> Any:
-        alternatives = {c.label(): runtime(c) for c in SPACE.configs()}
-        return SimpleNamespace(
-            config=self.recommended, confidence=0.9, mode="auto", alternatives=alternatives
-        )
 
 
 UPHILL = {"TILE_UP": 0.6, "RANKS_UP": 0.3, "STOP": 0.1}  # from START: each a 30 % gain

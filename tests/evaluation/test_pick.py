@@ -4,28 +4,13 @@ System 1 predicts it clearly faster than the best so far."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from hpc_ds1.evaluation.policies import model_session
 from hpc_ds1.model.schema import Thresholds
-from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
-from tests.evaluation.test_policies import BEST, SPACE, bowl, runtime
-
-
-class Scripted:
-    """A decider that always proposes the same moves, in the same order of likelihood."""
-
-    device_id = "d"
-
-    def __init__(self, alternatives: dict[str, float]) -> None:
-        self.alternatives = alternatives
-
-    def decide(self, state: Any, *, space: ConfigSpace, thresholds: Thresholds) -> Any:
-        moves = {STOP, *neighbours(state.config, space)}
-        feasible = {m: p for m, p in self.alternatives.items() if m in moves}
-        choice = max(feasible, key=lambda m: feasible[m])
-        return SimpleNamespace(choice=choice, alternatives=feasible, mode="auto")
+from hpc_ds1.space import STOP, Config
+from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime
+from tests.evaluation.scripted import Scripted
 
 
 def system1(pick: Config) -> dict[str, Any]:

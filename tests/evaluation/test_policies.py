@@ -20,25 +20,7 @@ from hpc_ds1.evaluation.policies import (
 )
 from hpc_ds1.model import Measurement, Thresholds
 from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
-
-SPACE = ConfigSpace.for_cpus(2, (32, 64, 128))
-BEST = Config(ranks=2, threads=2, tile=64)
-
-
-def runtime(c: Config) -> float:
-    """A smooth bowl around BEST: every step away costs 30%."""
-    steps = (
-        abs(SPACE.ranks.index(c.ranks) - SPACE.ranks.index(BEST.ranks))
-        + abs(SPACE.threads.index(c.threads) - SPACE.threads.index(BEST.threads))
-        + abs(SPACE.tiles.index(c.tile) - SPACE.tiles.index(BEST.tile))
-    )
-    return 1.0 * 1.3**steps
-
-
-def bowl(failed: tuple[Config, ...] = ()) -> Cell:
-    points = {c: Point(runtime(c), 0.01, None) for c in SPACE.configs() if c not in failed}
-    return Cell("gemm", 1000, points, frozenset(failed))
-
+from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime
 
 START = Config(ranks=1, threads=1, tile=32)
 

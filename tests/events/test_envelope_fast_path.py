@@ -14,7 +14,7 @@ from hpc_ds1.audit import parse_exact
 from hpc_ds1.events import DeviceRegistered, MalformedEvent, decode, envelope
 from hpc_ds1.events.codec import envelope_of
 
-from .test_decode_fuzz import VALUES, envelopes
+from .strategies import VALUES, envelopes
 
 ZONES = st.sampled_from([UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5)), None])
 TIMES = st.builds(

@@ -36,25 +36,9 @@ from hpc_ds1.infra.secrets import load_credentials, secrets_dir
 from hpc_ds1.runtime import SERVICES, run_services
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import decide_subject, status_subject
+from tests.infra.homes import home_settings, libpq
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def home_settings(home: Path) -> Settings:
-    """Embedded servers on `home`, whatever HPC_DS1_* the environment sets."""
-    return Settings(
-        home=home,
-        nats_url=None,
-        database_url=None,
-        nats_sync="default",
-        port=0,
-        log_json=True,
-        log_level="warning",
-    )
-
-
-def libpq(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from hpc_ds1.infra.subscribers import check_name
 from hpc_ds1.runtime import run_services
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import lookup, token_hash
-from tests.infra.test_embedded_auth import home_settings
+from tests.infra.homes import home_settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

@@ -26,7 +26,7 @@ from hpc_ds1.infra.nats_server import EmbeddedNats, leftover_servers
 from hpc_ds1.infra.postgres import EmbeddedPostgres, hba_methods
 from hpc_ds1.settings import Settings
 
-from .test_embedded_auth import home_settings, libpq
+from .homes import home_settings, libpq
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

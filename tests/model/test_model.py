@@ -17,7 +17,6 @@ from hpc_ds1.model import (
     State,
     Thresholds,
     TrainedModel,
-    aggregate,
     label_moves,
 )
 from hpc_ds1.model.estimators import regressor_candidates
@@ -26,16 +25,7 @@ from hpc_ds1.model.schema import waits_for_engineer
 from hpc_ds1.model.transfer import blended_deltas
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, apply_move, neighbours
 from tests.measured import HELD_OUT, TINY
-
-
-def training_states(measurements: list[Measurement]) -> list[State]:
-    out = []
-    for (w, s, c), o in sorted(aggregate(measurements).items(), key=lambda kv: str(kv[0])):
-        if o.ok:
-            out.append(
-                State(workload=w, size=s, config=c, runtime_s=o.runtime_s, throughput=o.throughput)
-            )
-    return out
+from tests.model.states import training_states
 
 
 def test_measurements_are_real_and_teach_several_moves(measurements: list[Measurement]) -> None:
@@ -221,12 +211,15 @@ def test_foreign_fingerprint_escalates(model: Model, fp: Fingerprint) -> None:
     other = fp.model_copy(
         update={"device_id": "0" * 16, "cpu_model": "Other CPU 9000", "physical_cores": 64}
     )
-    d = model.decide(familiar(model), fingerprint=other, thresholds=Thresholds(auto=0.0))
+    # Every move would run alone (auto 0, no discrimination floor: the floor is its own
+    # test's), so only the guard can make this one wait.
+    anything = Thresholds(auto=0.0, min_auroc=0.0)
+    d = model.decide(familiar(model), fingerprint=other, thresholds=anything)
     assert d.mode == "escalate"
     (reason,) = d.reasons
     assert reason.startswith("this machine differs from the one the model was trained on: ")
     assert "cpu model 'Other CPU 9000'" in reason and "cores 64" in reason
-    same = model.decide(familiar(model), fingerprint=fp, thresholds=Thresholds(auto=0.0))
+    same = model.decide(familiar(model), fingerprint=fp, thresholds=anything)
     assert same.mode == "auto" and same.reasons == []
 
 

@@ -24,7 +24,7 @@ from hpc_ds1.model.onnx_graph import (
     build,
     classifier_conversion_error,
 )
-from tests.model.test_model import training_states
+from tests.model.states import training_states
 
 
 def rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fleet.test_agent_http import coordinator, device_home  # noqa: F401  (fixtures)
 from tests.slurm.cluster import SlurmCluster, missing
 
 

@@ -2,7 +2,8 @@
 joins with the fingerprint of a partition node (taken there by srun), receives the task that
 placement sends it and runs it through `sbatch` on a node of P, with the ranks started by
 srun inside that job; Slurm has both jobs on record under their names. Against the session's
-real single-node Slurm and a real coordinator (tests/fleet/test_agent_http.py's fixtures)."""
+real single-node Slurm and a real coordinator (the `coordinator` and `device_home` fixtures
+of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hpc_ds1.fleet import Agent, submit
 from hpc_ds1.fleet.slurm import JOB_PREFIX, job_name
 from hpc_ds1.runner.launch import JOB_NAME
 from hpc_ds1.settings import Settings
-from tests.fleet.test_agent_http import SIZE, Coordinator, _bearer, stop_agent
+from tests.fleet.coordinator import SIZE, Coordinator, bearer, stop_agent
 from tests.slurm.cluster import SlurmCluster
 
 NAME = "partition-debug"
@@ -38,7 +39,7 @@ def slurm_jobs(slurm: SlurmCluster) -> list[dict[str, str]]:
 async def drain_local_devices(coord: Coordinator) -> None:
     """The coordinator's own machine is a device too: drained, so the task goes to the
     partition (its agent registers on its own time: wait until it is listed)."""
-    async with httpx.AsyncClient(headers=_bearer(coord.cli_token)) as http:
+    async with httpx.AsyncClient(headers=bearer(coord.cli_token)) as http:
         for _ in range(300):
             listed = (await http.get(f"{coord.server}/v1/devices")).json()["devices"]
             locals_ = [d["device_id"] for d in listed if d["local"]]
@@ -78,7 +79,7 @@ async def test_a_partition_agent_runs_its_task_through_sbatch(
         # Its fingerprint was taken on a partition node, by srun.
         fingerprints = [j for j in slurm_jobs(slurm) if j["JobName"] == f"{JOB_PREFIX}fingerprint"]
         assert [j["JobState"] for j in fingerprints] == ["COMPLETED"], fingerprints
-        async with httpx.AsyncClient(headers=_bearer(coordinator.cli_token)) as http:
+        async with httpx.AsyncClient(headers=bearer(coordinator.cli_token)) as http:
             dev = (await http.get(f"{coordinator.server}/v1/devices/{NAME}")).json()
         assert dev["hostname"] == slurm.hostname, dev
 

@@ -6,74 +6,18 @@ the estimate and how it was made."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 import orjson
-import pytest
 from sqlalchemy import Engine, func, select
 
 from hpc_ds1.db import tables
 from hpc_ds1.devicelock import device_lock
-from hpc_ds1.events import MeasurementRecorded, ModelPublished, envelope
-from hpc_ds1.model import TrainedModel
-from hpc_ds1.models_store import save_local
-from hpc_ds1.requests import DecideRequest
 from hpc_ds1.settings import Settings
-from hpc_ds1.stack import Stack, open_stack
-from hpc_ds1.subjects import decide_subject, status_subject
-from hpc_ds1.workloads import get_workload
+from hpc_ds1.stack import Stack
+from hpc_ds1.subjects import status_subject
 
-WAIT_S = 90.0
-GEMM = {"ranks": 1, "threads": 1, "tile": get_workload("gemm").default_tile}
-MONTECARLO = {"ranks": 1, "threads": 1, "tile": get_workload("montecarlo").default_tile}
-
-
-@pytest.fixture
-async def decider(
-    settings: Settings, engine: Engine, trained: TrainedModel
-) -> AsyncIterator[tuple[Stack, str]]:
-    """Projector, agent and decision on a device with a model (trained on real tiny runs) and
-    one montecarlo measurement: 0.01 s at size 10^6."""
-    async with open_stack(settings, ("projector", "agent", "decision"), "test-decision") as stack:
-        device_id = await stack.local_device()
-        data = trained.to_onnx()
-        await asyncio.to_thread(save_local, settings.models_dir, trained.version, device_id, data)
-        prefix = settings.subject_prefix
-        events = [
-            ModelPublished(
-                model_version=trained.version,
-                device_id=device_id,
-                artifact=f"{device_id}/{trained.version}.onnx",
-                sha256=hashlib.sha256(data).hexdigest(),
-                trained_on=1,
-            ),
-            MeasurementRecorded(
-                measurement_id="m-basis",
-                device_id=device_id,
-                workload="montecarlo",
-                size=1_000_000,
-                config=MONTECARLO,
-                status="ok",
-                runtime_s=0.01,
-                repeats=3,
-            ),
-        ]
-        for event in events:
-            await stack.bus.publish(envelope(event, actor="test", source="test", prefix=prefix))
-        await stack.caught_up()
-        yield stack, device_id
-
-
-async def decide(stack: Stack, body: dict[str, Any], timeout: float = WAIT_S) -> dict[str, Any]:
-    request = DecideRequest.model_validate(body)
-    reply = await stack.bus.nc.request(
-        decide_subject(stack.settings), request.model_dump_json().encode(), timeout=timeout
-    )
-    answer: dict[str, Any] = orjson.loads(reply.data)
-    return answer
+from .decide import GEMM, MONTECARLO, WAIT_S, decide
 
 
 async def test_a_decision_with_telemetry_is_answered_while_a_run_waits_for_the_device(

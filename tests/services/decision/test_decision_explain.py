@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from hpc_ds1.stack import Stack
 
-from .test_decision import GEMM, decide, decider
-
-__all__ = ["decider"]
+from .decide import GEMM, decide
 
 
 async def test_the_answer_explains_itself(decider: tuple[Stack, str]) -> None:

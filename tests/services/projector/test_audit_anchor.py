@@ -17,7 +17,8 @@ from hpc_ds1.cli.audit import against_log
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
 
-from .test_projector import measurement, run_until
+from .events import measurement
+from .projection import run_until
 
 
 async def log_chain(bus: EventBus) -> LogChain:

@@ -17,8 +17,10 @@ from hpc_ds1.runtime import run_services
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import status_subject
+from tests.commands import hpc
 
-from .test_projector import checkpoint, count, measurement, run_until, snapshot, wrap
+from .events import measurement, wrap
+from .projection import checkpoint, count, run_until, snapshot
 
 
 def too_big(bus: EventBus) -> MeasurementRecorded:
@@ -182,8 +184,6 @@ async def test_the_status_reply_carries_the_projectors_health(
 async def test_projection_rebuild_sets_poison_aside_and_says_so(
     settings: Settings, engine: Engine, bus: EventBus
 ) -> None:
-    from tests.cli.test_token_audit_cli import hpc
-
     await bus.publish(measurement(bus, 0))
     await bus.publish(wrap(bus, too_big(bus)))
     last = await bus.publish(measurement(bus, 1))

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, select
 
 from hpc_ds1.audit import AuditFile, verify
 from hpc_ds1.bus import EventBus
@@ -15,9 +14,7 @@ from hpc_ds1.events import (
     DecisionMade,
     DeviceLeft,
     DeviceRegistered,
-    Envelope,
     EvaluationPublished,
-    MeasurementRecorded,
     SessionFinished,
     SessionMoveDecided,
     SessionMoveResolved,
@@ -27,31 +24,12 @@ from hpc_ds1.events import (
     SessionStepRun,
     TokenCreated,
     TokenRevoked,
-    envelope,
 )
 from hpc_ds1.services.projector import Projector, project, rebuild
 from hpc_ds1.settings import Settings
 
-
-def wrap(bus: EventBus, event: Any, actor: str = "test") -> Envelope:
-    return envelope(event, actor=actor, source="test", prefix=bus.prefix)
-
-
-def measurement(bus: EventBus, i: int) -> Envelope:
-    return wrap(
-        bus,
-        MeasurementRecorded(
-            measurement_id=f"m{i}",
-            device_id="dev-1",
-            workload="gemm",
-            size=256 + i,
-            config={"ranks": 1, "threads": 2, "tile": 64},
-            status="ok",
-            runtime_s=0.01 * (i + 1),
-            throughput=10.0,
-            throughput_unit="GFLOP/s",
-        ),
-    )
+from .events import measurement, wrap
+from .projection import checkpoint, count, run_until, snapshot
 
 
 def session_story() -> list[Any]:
@@ -133,40 +111,6 @@ def session_story() -> list[Any]:
         ),
         TokenRevoked(token_id="t1"),
     ]
-
-
-def checkpoint(engine: Engine) -> int:
-    with engine.connect() as conn:
-        value = conn.execute(select(tables.checkpoints.c.last_seq)).scalar()
-    return int(value or 0)
-
-
-def count(engine: Engine, table: Any) -> int:
-    with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-
-
-def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
-    result = {}
-    with engine.connect() as conn:
-        for table in (*tables.READ_MODELS, tables.checkpoints):
-            key = list(table.primary_key.columns)
-            result[table.name] = [tuple(r) for r in conn.execute(select(table).order_by(*key))]
-    return result
-
-
-async def run_until(projector: Projector, engine: Engine, seq: int, timeout: float = 20.0) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(projector.run(stop))
-    try:
-        for _ in range(int(timeout / 0.05)):
-            if await asyncio.to_thread(checkpoint, engine) >= seq:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"projection did not reach {seq}: at {checkpoint(engine)}")
-    finally:
-        stop.set()
-        await task
 
 
 def projector_for(settings: Settings, engine: Engine, bus: EventBus, batch: int = 500) -> Projector:

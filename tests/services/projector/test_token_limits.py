@@ -17,7 +17,7 @@ from hpc_ds1.events import TokenCreated, TokenRevoked, TokenUsed, decode, envelo
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 
-from .test_projector import wrap
+from .events import wrap
 
 SHA = "b" * 64
 
