@@ -431,9 +431,27 @@ PHASES_JS = """() => {
 }"""
 
 
-def http_view(base: str, token: str, calls: tuple[str, ...] = LOAD_CALLS) -> View:
+def console_session(base: str, token: str) -> str:
+    """A console session of the token's person, as the sign-in form opens one (the cookie
+    holds a session id of its own, never the token: issue 45)."""
+    reply = httpx.post(
+        f"{base}/",
+        data={"token": token},
+        headers={"Origin": base},
+        follow_redirects=False,
+        timeout=60,
+    )
+    session = reply.cookies.get(SESSION_COOKIE)
+    if reply.status_code != 303 or not session:
+        raise RuntimeError(
+            f"the console's sign-in answered {reply.status_code}: {reply.text[:200]}"
+        )
+    return session
+
+
+def http_view(base: str, session: str, calls: tuple[str, ...] = LOAD_CALLS) -> View:
     """GET / with the session cookie, then the page's load calls PARALLEL at a time."""
-    cookies = {SESSION_COOKIE: token}
+    cookies = {SESSION_COOKIE: session}
     headers = {"X-Requested-With": "hpc-ds1-console"}
     view = View(0.0)
     limits = httpx.Limits(max_connections=PARALLEL, max_keepalive_connections=PARALLEL)
@@ -466,7 +484,7 @@ def browser_missing() -> str | None:
     return None
 
 
-def browser_views(base: str, token: str, repeats: int) -> list[View]:
+def browser_views(base: str, session: str, repeats: int) -> list[View]:
     """Real page loads in chromium, each in a fresh context (no cache): from navigation to
     every section initialised (console.js sets document.body.dataset.ready)."""
     from playwright.sync_api import sync_playwright
@@ -477,7 +495,7 @@ def browser_views(base: str, token: str, repeats: int) -> list[View]:
         try:
             for _ in range(repeats):
                 context = chromium.new_context()
-                context.add_cookies([{"name": SESSION_COOKIE, "value": token, "url": base}])
+                context.add_cookies([{"name": SESSION_COOKIE, "value": session, "url": base}])
                 page = context.new_page()
                 view = View(0.0)
                 sent: dict[Any, float] = {}
@@ -529,10 +547,11 @@ def bench(
         events = asyncio.run(fill(settings, n, say))
         marker.write_text(str(events))
     with served(settings, Path(settings.home) / "bench-logs") as (base, token):
-        http_view(base, token)  # the server's first request of each kind (imports, plans)
-        views = [http_view(base, token) for _ in range(repeats)]
+        session = console_session(base, token)
+        http_view(base, session)  # the server's first request of each kind (imports, plans)
+        views = [http_view(base, session) for _ in range(repeats)]
         skipped = browser_missing() if browser else "not asked"
-        pages = browser_views(base, token, repeats) if skipped is None else []
+        pages = browser_views(base, session, repeats) if skipped is None else []
     return Result(events=events, http=views, browser=pages, browser_skipped=skipped)
 
 
