@@ -309,6 +309,10 @@ class _DeviceQueue:
     sub: Any  # the durable pull subscription on the device's queue
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     fetching: asyncio.Future[Any] | None = None  # the waiting fetch of the poll holding `lock`
+    # Each poll's number: a poll that is not the newest gives up before it fetches. A newer
+    # poll that comes while an older one is still on its way to its fetch (no `fetching` to
+    # cancel yet) would otherwise wait behind the older one's whole `wait`.
+    newest: int = 0
 
 
 @dataclass
@@ -496,6 +500,8 @@ class AgentBridge:
             except Exception as error:
                 log.warning("heartbeat_failed", device_id=device, error=repr(error)[:200])
             queue = await self.queue(device)
+            queue.newest += 1
+            mine = queue.newest
             if queue.fetching is not None:
                 queue.fetching.cancel()
             try:
@@ -504,7 +510,7 @@ class AgentBridge:
             except TimeoutError:
                 return None
             try:
-                return await self._take(queue, device, deadline, watcher)
+                return await self._take(queue, device, deadline, watcher, mine)
             finally:
                 queue.lock.release()
         finally:
@@ -512,10 +518,17 @@ class AgentBridge:
             watcher.cancel()
 
     async def _take(
-        self, queue: _DeviceQueue, device: str, deadline: float, watcher: asyncio.Future[None]
+        self,
+        queue: _DeviceQueue,
+        device: str,
+        deadline: float,
+        watcher: asyncio.Future[None],
+        mine: int,
     ) -> WorkItem | None:
         loop = asyncio.get_running_loop()
         while not self.closed and (remaining := deadline - loop.time()) > 0.01:
+            if queue.newest != mine:
+                return None  # superseded by a newer poll of the same device
             fetching = asyncio.ensure_future(queue.sub.fetch(1, timeout=remaining))
             queue.fetching = fetching
             try:
