@@ -140,8 +140,10 @@ def year(prefix: str, events: int, devices: int, seed: int = 0) -> Iterator[list
         if kind == "decision":
             yield wrap([_decision(uuid.uuid4().hex, device, workload, size, "api")], "alice")
         elif kind == "status":
-            status = rng.choice(("online", "offline"))
-            yield wrap([DeviceStatusChanged(device_id=device, status=status)], "coordinator")
+            went = DeviceStatusChanged(device_id=device, status="online")
+            if rng.random() < 0.5:
+                went = DeviceStatusChanged(device_id=device, status="offline")
+            yield wrap([went], "coordinator")
         elif kind == "task":
             yield wrap(_task(rng, device, workload, size), "placement")
         else:

@@ -154,11 +154,6 @@ def archived(folder: Path, start: int = 1) -> Iterator[RawEvent]:
             yield event
 
 
-def archived_with_headers(folder: Path) -> Iterator[tuple[RawEvent, dict[str, str]]]:
-    streams = [_read(s) for s in segments(folder)]
-    yield from heapq.merge(*streams, key=lambda pair: pair[0].seq)
-
-
 def last_archived(folder: Path) -> int:
     """The highest sequence any segment holds (0: none)."""
     return max((s.last_seq for s in segments(folder, check_files=False)), default=0)
@@ -208,7 +203,6 @@ class Plan:
     cut: int  # first sequence kept for the leaf aggregates
     sessions: set[str]
     approvals: set[str]
-    events: int = 0  # how many events the plan moves (known once written)
 
     def takes(self, seq: int, subject: str) -> bool:
         parts = subject.split(".")
@@ -494,7 +488,6 @@ __all__ = [
     "SegmentWriter",
     "archive_before",
     "archived",
-    "archived_with_headers",
     "audit_hash_at",
     "check_audit_heads",
     "folder_of",
