@@ -20,13 +20,24 @@ calibration's target, written in the model file:
 
 The fitted maps travel in the model file as small tables of thresholds (metadata
 "calibration"); inference interpolates them with numpy, no scikit-learn. A kind with fewer
-than MIN_DECISIONS out-of-fold decisions keeps its raw confidence."""
+than MIN_DECISIONS out-of-fold decisions keeps its raw confidence.
+
+A map of the raw probability alone cannot tell two decisions of the same probability apart,
+and on a noisy machine that probability sits near one value for most decisions (issue 43:
+out-of-fold AUROC 0.44-0.52). So each kind may also get a logistic map over what the decision
+itself says (`decision_features`): the probability of the choice, its margin over the
+runner-up, and the runtime model's predicted gain (a move: its predicted speed-up; STOP: the
+largest one it leaves). It is kept for a kind only where, fitted on the other training sizes,
+it scores a lower Brier score than the isotonic map on each held-out size's decisions (the
+choice is made on the training sizes alone); the isotonic table stays in the file beside it,
+so an older hpc-ds1 reads the file as before."""
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,27 +52,122 @@ BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 KINDS = ("move", "stop")
 TARGETS = ("not_slower", "good", "unattended")
 WORSE = 0.05  # a decision is wrong for discrimination when it ends >= 5 % above the best
+FEATURES = ("logit_p", "margin", "gain_log10")
+P_CLIP = 1e-4
+LOGISTIC_C = 1.0  # scikit-learn's default L2 strength: a few hundred decisions, three features
+
+
+def decision_features(proba: Array, deltas: Array, stop_index: int) -> Array:
+    """Per decision (a row of probabilities over its actions, the action taken being the most
+    probable, and a row of the runtime model's predicted log10(runtime after / now) per action,
+    NaN where it has none, STOP's included): the logit of the choice's probability, its margin
+    over the runner-up, and the predicted gain of the choice in log10: a move's predicted
+    speed-up, or for STOP the largest speed-up it leaves (0 when no move has a prediction)."""
+    proba = np.atleast_2d(np.asarray(proba, dtype=np.float64))
+    deltas = np.atleast_2d(np.asarray(deltas, dtype=np.float64))
+    chosen = proba.argmax(axis=1)
+    rows = np.arange(len(proba))
+    top = proba[rows, chosen]
+    ordered = np.sort(proba, axis=1)
+    runner_up = ordered[:, -2] if proba.shape[1] > 1 else np.zeros(len(proba))
+    clipped = np.clip(top, P_CLIP, 1.0 - P_CLIP)
+    gains = -deltas.copy()
+    gains[:, stop_index] = np.nan
+    left = np.where(np.isfinite(gains).any(axis=1), np.nanmax(_finite_or(gains, -np.inf), 1), 0.0)
+    own = np.nan_to_num(gains[rows, chosen], nan=0.0)
+    gain = np.where(chosen == stop_index, left, own)
+    return np.column_stack([np.log(clipped / (1.0 - clipped)), top - runner_up, gain])
+
+
+def _finite_or(values: Array, fill: float) -> Array:
+    return np.where(np.isfinite(values), values, fill)
+
+
+@dataclass(frozen=True)
+class Logistic:
+    """P(came true) = sigmoid(intercept + coef . (features - mean) / scale)."""
+
+    intercept: float
+    coef: tuple[float, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+
+    def __call__(self, features: Array) -> Array:
+        x = (np.atleast_2d(features) - np.asarray(self.mean)) / np.asarray(self.scale)
+        z = self.intercept + x @ np.asarray(self.coef)
+        return np.asarray(1.0 / (1.0 + np.exp(-z)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(FEATURES),
+            "intercept": self.intercept,
+            "coef": list(self.coef),
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Logistic:
+        names = tuple(raw.get("features") or ())
+        if names != FEATURES:
+            raise ValueError(f"calibration features {names}: this version reads {FEATURES}")
+        parts = [tuple(float(v) for v in raw[k]) for k in ("coef", "mean", "scale")]
+        if any(len(p) != len(FEATURES) for p in parts) or min(parts[2]) <= 0:
+            raise ValueError(f"calibration logistic: coef, mean, scale of {len(FEATURES)} each")
+        return cls(float(raw["intercept"]), *parts)
+
+
+def fit_logistic(features: Array, good: Array) -> Logistic | None:
+    """A logistic map from decision features to P(good); None where `good` has one value."""
+    from sklearn.linear_model import LogisticRegression
+
+    good = np.asarray(good, dtype=bool)
+    if good.all() or not good.any():
+        return None
+    mean = features.mean(axis=0)
+    scale = features.std(axis=0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    model = LogisticRegression(C=LOGISTIC_C).fit((features - mean) / scale, good)
+    return Logistic(
+        round(float(model.intercept_[0]), 6),
+        tuple(round(float(v), 6) for v in model.coef_[0]),
+        tuple(round(float(v), 6) for v in mean),
+        tuple(round(float(v), 6) for v in scale),
+    )
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Per kind ("move", "stop"): increasing x thresholds and their calibrated values."""
+    """Per kind ("move", "stop"): increasing x thresholds and their calibrated values, and
+    where training chose it, a logistic map over `decision_features` that replaces them."""
 
     tables: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]]
+    logistic: Mapping[str, Logistic] = field(default_factory=dict)
 
-    def confidence(self, p: float, stop: bool) -> float:
-        found = self.tables.get("stop" if stop else "move")
+    def confidence(self, p: float, stop: bool, features: Array | None = None) -> float:
+        kind = "stop" if stop else "move"
+        logistic = self.logistic.get(kind)
+        if logistic is not None and features is not None:
+            return float(logistic(np.asarray(features, dtype=np.float64))[0])
+        found = self.tables.get(kind)
         if found is None:
             return p
         xs, ys = found
         return float(min(max(np.interp(p, xs, ys), 0.0), 1.0))
 
-    def as_dict(self) -> dict[str, dict[str, list[float]]]:
-        return {k: {"x": list(xs), "y": list(ys)} for k, (xs, ys) in self.tables.items()}
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {
+            k: {"x": list(xs), "y": list(ys)} for k, (xs, ys) in self.tables.items()
+        }
+        for kind, logistic in self.logistic.items():
+            out.setdefault(kind, {"x": [0.0, 1.0], "y": [0.0, 1.0]})["logistic"] = (
+                logistic.as_dict()
+            )
+        return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Mapping[str, Sequence[float]]] | None) -> Calibration:
-        tables = {}
+    def from_dict(cls, raw: Mapping[str, Mapping[str, Any]] | None) -> Calibration:
+        tables, logistic = {}, {}
         for kind, t in (raw or {}).items():
             xs, ys = tuple(float(v) for v in t["x"]), tuple(float(v) for v in t["y"])
             if kind not in KINDS or not xs or len(xs) != len(ys):
@@ -69,7 +175,9 @@ class Calibration:
                     f"calibration table {kind!r}: expected kinds {KINDS} with x and y of one length"
                 )
             tables[kind] = (xs, ys)
-        return cls(tables)
+            if t.get("logistic"):
+                logistic[kind] = Logistic.from_dict(t["logistic"])
+        return cls(tables, logistic)
 
 
 def move_good(here_s: float, there_s: float | None) -> bool:
@@ -147,44 +255,109 @@ def _fit_one(p: Array, good: Array) -> tuple[tuple[float, ...], tuple[float, ...
     return xs, ys
 
 
-def fit(p: Array, stop: Array, good: Array) -> Calibration:
-    """Isotonic maps from raw confidence `p` to P(good), one per kind with enough decisions."""
+def fit(
+    p: Array,
+    stop: Array,
+    good: Array,
+    features: Array | None = None,
+    logistic_kinds: Sequence[str] = (),
+) -> Calibration:
+    """Isotonic maps from raw confidence `p` to P(good), one per kind with enough decisions;
+    and for the kinds in `logistic_kinds`, a logistic map over `features` (one row a
+    decision, `decision_features`)."""
     p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
-    tables = {}
+    tables, logistic = {}, {}
     for kind, where in (("move", ~stop), ("stop", stop)):
-        if where.sum() >= MIN_DECISIONS:
-            tables[kind] = _fit_one(p[where], good[where])
-    return Calibration(tables)
+        if where.sum() < MIN_DECISIONS:
+            continue
+        tables[kind] = _fit_one(p[where], good[where])
+        if kind in logistic_kinds and features is not None:
+            found = fit_logistic(np.asarray(features, float)[where], good[where])
+            if found is not None:
+                logistic[kind] = found
+    return Calibration(tables, logistic)
 
 
-def calibrated(calibration: Calibration, p: Array, stop: Array) -> Array:
+def calibrated(
+    calibration: Calibration, p: Array, stop: Array, features: Array | None = None
+) -> Array:
     """`calibration` applied to raw confidences `p` (STOP's map where `stop`)."""
+    rows = [None] * len(p) if features is None else list(np.asarray(features, float))
     return np.asarray(
-        [calibration.confidence(float(v), bool(s)) for v, s in zip(p, stop, strict=True)]
+        [
+            calibration.confidence(float(v), bool(s), f)
+            for v, s, f in zip(p, stop, rows, strict=True)
+        ]
     )
 
 
-def crossed_confidence(p: Array, stop: Array, good: Array, groups: Array) -> Array:
+def crossed_confidence(
+    p: Array,
+    stop: Array,
+    good: Array,
+    groups: Array,
+    features: Array | None = None,
+    logistic_kinds: Sequence[str] = (),
+) -> Array:
     """Each decision's confidence under the maps fitted on the other groups (training sizes):
     calibrated, and never by its own outcome."""
     p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
     groups = np.asarray(groups)
     crossed = p.copy()
     for g in np.unique(groups):
-        rest = groups != g
-        crossed[~rest] = calibrated(fit(p[rest], stop[rest], good[rest]), p[~rest], stop[~rest])
+        rest, here = groups != g, groups == g
+        maps = fit(
+            p[rest],
+            stop[rest],
+            good[rest],
+            None if features is None else features[rest],
+            logistic_kinds,
+        )
+        crossed[here] = calibrated(
+            maps, p[here], stop[here], None if features is None else features[here]
+        )
     return crossed
 
 
+def choose_logistic(
+    p: Array, stop: Array, good: Array, groups: Array, features: Array
+) -> tuple[tuple[str, ...], dict[str, dict[str, float]]]:
+    """The kinds whose logistic map beats the isotonic one on the Brier score of the held-out
+    sizes (leave-one-size-out), and both scores per kind."""
+    p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
+    isotonic = crossed_confidence(p, stop, good, groups)
+    logistic = crossed_confidence(p, stop, good, groups, features, KINDS)
+    chosen, scores = [], {}
+    for kind, where in (("move", ~stop), ("stop", stop)):
+        if where.sum() < MIN_DECISIONS:
+            continue
+        b_iso = float(np.mean((isotonic[where] - good[where]) ** 2))
+        b_log = float(np.mean((logistic[where] - good[where]) ** 2))
+        scores[kind] = {"isotonic": round(b_iso, 5), "logistic": round(b_log, 5)}
+        if b_log < b_iso and math.isfinite(b_log):
+            chosen.append(kind)
+    return tuple(chosen), scores
+
+
 def fit_and_score(
-    p: Array, stop: Array, good: Array, groups: Array, target: str = "not_slower"
+    p: Array,
+    stop: Array,
+    good: Array,
+    groups: Array,
+    target: str = "not_slower",
+    features: Array | None = None,
 ) -> tuple[Calibration, dict]:
     """The calibration on every out-of-fold decision, and its error measured honestly: per
     group (a training size), maps fitted on the other groups applied to it. `good`: whether
-    each decision came true by `target`'s meaning (TARGETS)."""
+    each decision came true by `target`'s meaning (TARGETS). With `features`
+    (`decision_features`), a kind takes the logistic map where it scores better held out."""
     p, stop, good = np.asarray(p, float), np.asarray(stop, bool), np.asarray(good, bool)
-    crossed = crossed_confidence(p, stop, good, groups)
-    calibration = fit(p, stop, good)
+    kinds: tuple[str, ...] = ()
+    brier: dict[str, dict[str, float]] = {}
+    if features is not None and len(np.unique(groups)) >= 2:
+        kinds, brier = choose_logistic(p, stop, good, groups, features)
+    crossed = crossed_confidence(p, stop, good, groups, features, kinds)
+    calibration = fit(p, stop, good, features, kinds)
     what = {
         "good": f"P(good): a move's target at most {TOLERANCE:.0%} slower; STOP: no neighbour "
         f"more than {TOLERANCE:.0%} faster",
@@ -201,4 +374,6 @@ def fit_and_score(
         "ece_before": round(ece(p, good), 4),
         "ece_after_leave_one_size_out": round(ece(crossed, good), 4),
         "kinds": {k: len(v[0]) for k, v in calibration.tables.items()},
+        "logistic": sorted(calibration.logistic),
+        "brier_leave_one_size_out": brier,
     }

@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from hpc_ds1.model import features as ft
 from hpc_ds1.model.blend import Blend
-from hpc_ds1.model.calibration import Calibration
+from hpc_ds1.model.calibration import Calibration, decision_features
 from hpc_ds1.model.guard import distance_reason, hardware_reason, size_reason
 from hpc_ds1.model.onnx_graph import (
     CONFIGS,
@@ -378,7 +378,8 @@ class Model:
         p = self.blend.for_state(p, deltas)
         best = int(np.argmax(p))
         choice = names[best]
-        confidence = self.calibration.confidence(float(p[best]), choice == STOP)
+        features = decision_features(p, np.append(deltas, np.nan), len(names) - 1)
+        confidence = self.calibration.confidence(float(p[best]), choice == STOP, features)
         rules = thresholds or self.thresholds
         mode, why = rules.mode(confidence, reasons)
         if mode == "auto" and not self.discriminates(rules.min_auroc):

@@ -24,6 +24,7 @@ from hpc_ds1.model.calibration import (
     Calibration,
     calibrated,
     crossed_confidence,
+    decision_features,
     ece,
     fit_and_score,
     move_good,
@@ -714,10 +715,18 @@ def train(
             "table": est.calibration_table(d_conf, d_correct.astype(float)),
         }
         d_stop, came_true, worse = _decisions_came_true(rows, tele_keys, decided)
+        d_features = decision_features(decided, deltas, ALL_ACTIONS.index(STOP))
         calibration, move_metrics["not_slower"] = fit_and_score(
-            d_conf, d_stop, came_true[calibrate_on], groups[tele], calibrate_on
+            d_conf, d_stop, came_true[calibrate_on], groups[tele], calibrate_on, d_features
         )
-        crossed = crossed_confidence(d_conf, d_stop, came_true[calibrate_on], groups[tele])
+        crossed = crossed_confidence(
+            d_conf,
+            d_stop,
+            came_true[calibrate_on],
+            groups[tele],
+            d_features,
+            tuple(calibration.logistic),
+        )
         # issue 43: does the confidence tell the decisions that end >= 5 % above the best they
         # could reach from the others? (leave-one-size-out calibrated, out-of-fold decisions)
         move_metrics["discrimination"] = {
@@ -728,7 +737,7 @@ def train(
         }
         # the other target, scored in sample under this calibration (what it would have meant)
         move_metrics["not_slower"]["ece_in_sample_on_other_targets"] = {
-            t: round(ece(calibrated(calibration, d_conf, d_stop), v), 4)
+            t: round(ece(calibrated(calibration, d_conf, d_stop, d_features), v), 4)
             for t, v in came_true.items()
             if t != calibrate_on
         }
