@@ -54,13 +54,16 @@ from hpc_ds1.fleet.tasks import ACTIVE, DONE, failure_reason
 class Write:
     """One row change: insert (ignore if present), upsert, or update by key. An update with
     `where` changes the row only when every condition holds on the row as it is then (a stale
-    or repeated event changes nothing); its `row` values may be SQL expressions of the row."""
+    or repeated event changes nothing); its `row` values may be SQL expressions of the row.
+    `reads_others`: its `where` reads another table's rows, so it must see every write before
+    it, whatever their table (the store may otherwise apply a batch's writes table by table)."""
 
     table: Table
     kind: Literal["insert", "upsert", "update"]
     row: dict[str, Any]
     keep_on_update: tuple[str, ...] = field(default=())
     where: tuple[ColumnElement[bool], ...] = field(default=())
+    reads_others: bool = False
 
 
 @dataclass(frozen=True)
@@ -226,7 +229,7 @@ def _task_finished(seq: int, env: Envelope, e: TaskFinished) -> list[Write]:
             "off_estimate": storable(f"task {e.task_id}: {off}", 1000),
         }
         taking = exists().where(_t.c.task_id == e.task_id, *current)
-        writes.append(Write(d, "update", row, where=(taking,)))
+        writes.append(Write(d, "update", row, where=(taking,), reads_others=True))
     writes.append(
         _task_update(
             seq,

@@ -79,13 +79,26 @@ def _copy(conn: Connection, table: Table, target: str, rows: Sequence[dict[str, 
             write(values)
 
 
+STAGE_FROM = 64  # rows: fewer go in one multi-row INSERT, more through COPY and a staging table
+
+
 def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """INSERT ... ON CONFLICT DO NOTHING for many rows: COPY into a staging table, then one
-    INSERT ... SELECT (an executemany is a round trip per row, about 2,000 rows/s here)."""
+    """INSERT ... ON CONFLICT DO NOTHING for many rows, in one statement: a multi-row INSERT
+    for a few, else COPY into a staging table and one INSERT ... SELECT (an executemany is a
+    round trip per row, about 2,000 rows/s here). The staging table is emptied by TRUNCATE:
+    a DELETE leaves its rows dead until the transaction ends, and a rebuild is one
+    transaction, so every later INSERT ... SELECT scanned every row staged before it (the
+    rebuild ran at 362 events/s, docs/performance.md)."""
     if not rows:
         return
+    keys = [c.name for c in table.primary_key.columns]
     columns = [c.name for c in table.columns]
-    key = ", ".join(c.name for c in table.primary_key.columns)
+    if len(rows) < STAGE_FROM:
+        # a row may carry more than the table holds (COPY takes only the table's columns)
+        values = [{c: r.get(c) for c in columns} for r in rows]
+        conn.execute(insert(table).values(values).on_conflict_do_nothing(index_elements=keys))
+        return
+    key = ", ".join(keys)
     stage = f"stage_{table.name}"
     cursor = conn.connection.cursor()
     cursor.execute(
@@ -97,12 +110,33 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
         f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {stage} "
         f"ON CONFLICT ({key}) DO NOTHING"
     )
-    cursor.execute(f"DELETE FROM {stage}")
+    cursor.execute(f"TRUNCATE {stage}")
+
+
+def by_table(writes: Sequence[Write]) -> list[Write]:
+    """The writes table by table (a stable sort: each table's own writes keep their order),
+    between the writes that read other tables (`Write.reads_others`), which stay where they
+    are and see everything before them. The read models have no foreign keys, so one table's
+    rows never depend on when another's were written; grouped so, a batch's writes to a table
+    go in a few statements instead of one per run of consecutive writes (the rebuild of a
+    year, docs/performance.md)."""
+    out: list[Write] = []
+    run: list[Write] = []
+    for write in writes:
+        if write.reads_others:
+            out += sorted(run, key=lambda w: w.table.name)
+            out.append(write)
+            run = []
+        else:
+            run.append(write)
+    return out + sorted(run, key=lambda w: w.table.name)
 
 
 def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
-    # Consecutive writes of one kind to one table go in one statement; order is kept.
-    for (table, kind, _), group in groupby(writes, key=lambda w: (w.table, w.kind, tuple(w.row))):
+    # Consecutive writes of one kind to one table go in one statement; each table's order is
+    # kept (`by_table`).
+    grouped = groupby(by_table(writes), key=lambda w: (w.table, w.kind, tuple(w.row)))
+    for (table, kind, _), group in grouped:
         batch = list(group)
         rows = [w.row for w in batch]
         key = [c.name for c in table.primary_key.columns]
