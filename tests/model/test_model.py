@@ -3,6 +3,7 @@ the right reason, thresholds map to modes, infeasible moves are never chosen."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 
@@ -19,6 +20,7 @@ from hpc_ds1.model import (
     TrainedModel,
     label_moves,
 )
+from hpc_ds1.model.calibration import Calibration, Logistic, decision_features
 from hpc_ds1.model.estimators import regressor_candidates
 from hpc_ds1.model.onnx_graph import build
 from hpc_ds1.model.schema import waits_for_engineer
@@ -121,12 +123,42 @@ def test_decision_follows_scikit_learn(
         tolerance = float32_tolerance(model, classifier, delta, eps_c, eps_d)
         for i, (n, p) in enumerate(zip(feasible, expected, strict=True)):
             assert abs(d.alternatives[n] - p) <= tolerance[i], (n, d.alternatives[n], p)
-        # the stated confidence: the choice's probability through the calibration it carries
+        # the stated confidence: the choice's probability through the calibration it carries,
+        # with what the decision says (its probabilities and predicted gains) for a logistic map
         raw = max(d.alternatives.values())
+        names = list(d.alternatives)
+        here = d.predicted_runtimes_s[STOP]
+        gains = [
+            math.log10(d.predicted_runtimes_s[n] / here) if n != STOP else math.nan for n in names
+        ]
+        said = decision_features(
+            np.asarray([d.alternatives[n] for n in names]), np.asarray(gains), names.index(STOP)
+        )
         assert d.confidence == pytest.approx(
-            model.calibration.confidence(raw, d.choice == STOP), abs=1e-6
+            model.calibration.confidence(raw, d.choice == STOP, said), abs=1e-6
         )
         assert math.isclose(sum(d.alternatives.values()), 1.0, rel_tol=1e-6)
+
+
+def test_a_logistic_confidence_reads_the_decision_it_states(
+    model: Model, measurements: list[Measurement]
+) -> None:
+    """Whether training keeps a logistic map depends on the measurements; here one is set, so
+    decide's confidence is checked against the map over its own probabilities and gains."""
+    forced = copy.copy(model)
+    logistic = Logistic(0.2, (0.8, -0.5, 3.0), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    forced.calibration = Calibration(model.calibration.tables, {"move": logistic, "stop": logistic})
+    for state in training_states(measurements)[::7]:
+        d = forced.decide(state)
+        names = list(d.alternatives)
+        here = d.predicted_runtimes_s[STOP]
+        gains = [
+            math.log10(d.predicted_runtimes_s[n] / here) if n != STOP else math.nan for n in names
+        ]
+        said = decision_features(
+            np.asarray([d.alternatives[n] for n in names]), np.asarray(gains), names.index(STOP)
+        )
+        assert d.confidence == pytest.approx(float(logistic(said)[0]), abs=1e-6)
 
 
 def test_the_blend_was_chosen_on_training_sizes_only(trained: TrainedModel, model: Model) -> None:
