@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,6 +79,16 @@ def float32_tolerance(
     return 2.0 * bound + 1e-9
 
 
+def _what_it_says(d: Any) -> Any:
+    """The decision's own features (its probabilities and predicted gains), as decide reads them."""
+    names = list(d.alternatives)
+    here = d.predicted_runtimes_s[STOP]
+    gains = [math.log10(d.predicted_runtimes_s[n] / here) if n != STOP else math.nan for n in names]
+    return decision_features(
+        np.asarray([d.alternatives[n] for n in names]), np.asarray(gains), names.index(STOP)
+    )
+
+
 def test_decision_follows_scikit_learn(
     trained: TrainedModel, model: Model, measurements: list[Measurement]
 ) -> None:
@@ -126,14 +137,7 @@ def test_decision_follows_scikit_learn(
         # the stated confidence: the choice's probability through the calibration it carries,
         # with what the decision says (its probabilities and predicted gains) for a logistic map
         raw = max(d.alternatives.values())
-        names = list(d.alternatives)
-        here = d.predicted_runtimes_s[STOP]
-        gains = [
-            math.log10(d.predicted_runtimes_s[n] / here) if n != STOP else math.nan for n in names
-        ]
-        said = decision_features(
-            np.asarray([d.alternatives[n] for n in names]), np.asarray(gains), names.index(STOP)
-        )
+        said = _what_it_says(d)
         assert d.confidence == pytest.approx(
             model.calibration.confidence(raw, d.choice == STOP, said), abs=1e-6
         )
@@ -150,14 +154,7 @@ def test_a_logistic_confidence_reads_the_decision_it_states(
     forced.calibration = Calibration(model.calibration.tables, {"move": logistic, "stop": logistic})
     for state in training_states(measurements)[::7]:
         d = forced.decide(state)
-        names = list(d.alternatives)
-        here = d.predicted_runtimes_s[STOP]
-        gains = [
-            math.log10(d.predicted_runtimes_s[n] / here) if n != STOP else math.nan for n in names
-        ]
-        said = decision_features(
-            np.asarray([d.alternatives[n] for n in names]), np.asarray(gains), names.index(STOP)
-        )
+        said = _what_it_says(d)
         assert d.confidence == pytest.approx(float(logistic(said)[0]), abs=1e-6)
 
 
