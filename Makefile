@@ -42,7 +42,16 @@ lint: $(STAMP) ## ruff lint and format check, schemas in sync, the docs site bui
 	$(BIN)/ruff check libs services migrations tests benchmarks
 	$(BIN)/ruff format --check libs services migrations tests benchmarks
 	$(BIN)/python -m hpc_ds1.events.schemas --check schemas
-	@$(MAKE) --no-print-directory docs
+	@$(MAKE) --no-print-directory lint-imports docs
+
+# import-linter reads the package as installed: services/ and migrations/ sit inside hpc_ds1
+# there (pyproject.toml's package-dir), which an editable install does not show on disk.
+IMPORT_LAYOUT := build/import-layout
+.PHONY: lint-imports
+lint-imports: $(STAMP) ## the import layers (.importlinter): libs never import services, one-way layers, no circles
+	@rm -rf $(IMPORT_LAYOUT) && mkdir -p $(IMPORT_LAYOUT)
+	@cp -r libs/hpc_ds1 $(IMPORT_LAYOUT)/ && cp -r services $(IMPORT_LAYOUT)/hpc_ds1/services && cp -r migrations $(IMPORT_LAYOUT)/hpc_ds1/migrations
+	cd $(IMPORT_LAYOUT) && PYTHONPATH=. $(abspath $(BIN))/lint-imports --no-cache $(abspath .importlinter)
 
 typecheck: $(STAMP) ## mypy over libs and services
 	$(BIN)/mypy

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.tuning.recorded import RecordedSpace
-from hpc_ds1.tuning.recorded_files import hub_kernel_for
+from hpc_ds1.workloads.recorded_files import hub_kernel_for
+from hpc_ds1.workloads.recorded_space import RecordedSpace
 
 ROOT = Path(__file__).resolve().parents[1]
 HPC_DS1 = str(Path(sys.executable).with_name("hpc-ds1"))

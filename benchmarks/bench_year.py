@@ -370,7 +370,7 @@ def _sessions_page(engine: Engine) -> None:
 
 
 async def run_year(settings: Settings, engine: Engine, events: int, devices: int) -> dict[str, Any]:
-    from hpc_ds1.services.projector import rebuild
+    from hpc_ds1.projection.rebuild import rebuild
 
     assert settings.nats_url
     bus = await EventBus.connect(settings, settings.nats_url, "bench-year")

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from hpc_ds1.cli.common import load_settings
 from hpc_ds1.evaluation.compare import cached_landscape, development_cells
 from hpc_ds1.evaluation.decisions import calibration_summary, check_cell
 from hpc_ds1.evaluation.plan import final_sizes
@@ -55,7 +56,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    home, home_model, observed, _ = cached_landscape(args.cache)
+    home, home_model, observed, _ = cached_landscape(
+        args.cache, Path(load_settings(quiet=True).home)
+    )
     training = [m for m in observed if not m.held_out]
     out: dict[str, Any] = {"home": str(home), "training_rows": len(training)}
     for target in TARGETS:

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from hpc_ds1.cli.common import load_settings
 from hpc_ds1.evaluation.compare import (
     Variant,
     _row,
@@ -110,7 +111,9 @@ def main() -> int:
     parser.add_argument("--train-seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    home, home_model, observed, truth_rows = cached_landscape(args.cache)
+    home, home_model, observed, truth_rows = cached_landscape(
+        args.cache, Path(load_settings(quiet=True).home)
+    )
     training = [m for m in observed if not m.held_out]
     models: dict[str, Model] = {}
     trained_info: dict[str, Any] = {}

@@ -25,7 +25,6 @@ from typing import Any
 import orjson
 
 from hpc_ds1.evaluation.headline import versus
-from hpc_ds1.evaluation.landscape import Cell
 from hpc_ds1.evaluation.live import (
     FLOORED,
     LiveRun,
@@ -35,8 +34,8 @@ from hpc_ds1.evaluation.live import (
     launch_spread,
     live_sessions,
 )
-from hpc_ds1.evaluation.policies import SessionOutcome
 from hpc_ds1.evaluation.truth import Key, TruePoint, score_sessions
+from hpc_ds1.model.replay import Cell, SessionOutcome
 from hpc_ds1.space import Config
 
 FLOOR, NONE = "with the launch floor", "without it"

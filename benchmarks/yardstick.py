@@ -7,7 +7,7 @@ recorded spaces, with bootstrap intervals on every paired difference.
         [--home HOME]
 
 SPACE is a recorded file (a Kernel Tuner cache or a T4 file, plain or `.gz`, see
-`hpc_ds1.tuning.recorded`) or a folder of them; `--kernel` names the T1 kernel file whose
+`hpc_ds1.workloads.recorded_space`) or a folder of them; `--kernel` names the T1 kernel file whose
 `Conditions` are the constraints (needed for T4 files; for a hub cache under
 `cachefiles/<name>/` the hub's `kernels/<name>.json` is found by itself).
 
@@ -84,10 +84,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "libs"))
 
+from hpc_ds1.knobs import KnobConfig  # noqa: E402
 from hpc_ds1.tuning import search  # noqa: E402
-from hpc_ds1.tuning.knobs import KnobConfig  # noqa: E402
-from hpc_ds1.tuning.recorded import RecordedDevice, RecordedSpace  # noqa: E402
-from hpc_ds1.tuning.recorded_files import hub_kernel_for  # noqa: E402
+from hpc_ds1.workloads.recorded_files import hub_kernel_for  # noqa: E402
+from hpc_ds1.workloads.recorded_space import RecordedDevice, RecordedSpace  # noqa: E402
 
 BUDGETS = (5, 10, 20, 50, 100)
 KT_STRATEGIES = (

@@ -230,8 +230,8 @@ def test_measurement_keys_tell_own_knobs_apart_and_stay_subject_safe() -> None:
 
 
 def test_a_job_line_carries_own_knobs_to_the_ranks() -> None:
+    from hpc_ds1.knobs import Knob
     from hpc_ds1.runner.jobspec import JobSpec, knob_values
-    from hpc_ds1.tuning.knobs import Knob
 
     spec = JobSpec("app", 64, 1, 1, 2, knobs=(("nb", "16"), ("pad", "true"), ("v", "1.5")))
     back = JobSpec.decode(spec.encode())

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from .model import Decision, Model, ObservationFailed, Recommendation, State
     from .space import Config
 
-__version__ = "0.1.0"
+from .version import __version__
+
 __all__ = [
     "Config",
     "Decision",

@@ -93,14 +93,19 @@ def preload(names: tuple[str, ...]) -> None:
         importlib.import_module(module)
 
 
-def start_children(names: tuple[str, ...], settings: Settings) -> list[Child]:
+# The command line's entry, `main(argv) -> exit status`: a forked child runs `service NAME`
+# through it. Passed in by the caller (the CLI's serve), so this module stays below the CLI.
+Entry = Callable[[list[str]], int]
+
+
+def start_children(names: tuple[str, ...], settings: Settings, entry: Entry) -> list[Child]:
     """Each service in a process of its own. Call before any thread or event loop exists."""
     env = child_environment(settings)
     if threading.active_count() > 1:
         log.info("spawning_services", why="threads run in this process: no fork")
         return [_spawn(name, env) for name in names]
     preload(names)
-    return [_fork(name, env) for name in names]
+    return [_fork(name, env, entry) for name in names]
 
 
 def _spawn(name: str, env: dict[str, str]) -> Child:
@@ -114,7 +119,7 @@ def _spawn(name: str, env: dict[str, str]) -> Child:
     return Child(name, popen.pid, popen)
 
 
-def _fork(name: str, env: dict[str, str]) -> Child:
+def _fork(name: str, env: dict[str, str], entry: Entry) -> Child:
     arrange = _die_with_parent(os.getpid())
     sys.stdout.flush()
     sys.stderr.flush()
@@ -127,9 +132,7 @@ def _fork(name: str, env: dict[str, str]) -> Child:
         with contextlib.suppress(Exception):
             ctypes.CDLL(None).prctl(PR_SET_NAME, f"hpcds1-{name}"[:15].encode(), 0, 0, 0)
         os.environ.update(env)
-        from .cli import main
-
-        code = main(["service", name])
+        code = entry(["service", name])
     except SystemExit as leaving:
         code = leaving.code if isinstance(leaving.code, int) else 1
     except KeyboardInterrupt:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from hpc_ds1.jobmarks import kill_marked
+
 POLL_S = 0.05
 
 
@@ -65,8 +67,6 @@ def _kill_leftovers(path: Path) -> None:
     except OSError:
         return
     if marker:
-        from hpc_ds1.runner.procs import kill_marked
-
         kill_marked(marker)
 
 

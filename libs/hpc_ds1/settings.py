@@ -299,7 +299,7 @@ class Settings(BaseSettings):
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
-        from .infra.hosthome import resolve_home  # per host on a shared filesystem
+        from .hosthome import resolve_home  # per host on a shared filesystem
 
         return resolve_home(value.expanduser().resolve())
 

@@ -17,7 +17,7 @@ from pydantic import (
     model_serializer,
 )
 
-from hpc_ds1.tuning.knobs import Knob, KnobError, KnobSpace, Value
+from hpc_ds1.knobs import Knob, KnobError, KnobSpace, Value
 
 if TYPE_CHECKING:
     from hpc_ds1.hardware import Fingerprint

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine, select, text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hpc_ds1 import __version__
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.log import get_logger
@@ -22,6 +21,7 @@ from hpc_ds1.runtime import SERVICES
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import status_subject
 from hpc_ds1.tokens import Principal
+from hpc_ds1.version import __version__
 
 from .agent_api import body_limits, install_agent_api
 from .audit_api import audit_router

@@ -44,7 +44,6 @@ from sqlalchemy import Engine, func, select
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from hpc_ds1 import __version__
 from hpc_ds1.bus import EventBus
 from hpc_ds1.console import SECTIONS, STATIC_DIR, TEMPLATES_DIR
 from hpc_ds1.credentials import owner_name, public_server
@@ -53,6 +52,7 @@ from hpc_ds1.events import EVENT_TYPES
 from hpc_ds1.log import get_logger
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import PERSON_ROLES, Principal, lookup
+from hpc_ds1.version import __version__
 
 from .audit_api import query_stats
 from .auth import (

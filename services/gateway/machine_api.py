@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, func, literal, select
 
 from hpc_ds1.db import tables
+from hpc_ds1.model.summary import dig, summarize
 from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
@@ -95,47 +96,6 @@ class MeasurementSummary(BaseModel):
     setup: SetupProgress | None
 
 
-# (key, label, path into the model's metrics)
-SUMMARY: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("move_model", "Move model", ("move_model", "chosen")),
-    (
-        "move_accuracy_cv",
-        "Move accuracy, leave-one-size-out",
-        ("move_model", "held_out_size_accuracy"),
-    ),
-    ("move_ece", "Calibration error (ECE)", ("move_model", "calibration", "ece")),
-    ("runtime_model", "Runtime model", ("runtime_model", "chosen")),
-    ("runtime_rmse_log10", "Runtime error (RMSE of log10 s)", ("runtime_model", "rmse_log10")),
-    ("held_out_move_accuracy", "Move accuracy on held-out sizes", ("held_out", "move", "accuracy")),
-    (
-        "held_out_system1_pct",
-        "System 1 on held-out sizes (% of best)",
-        ("held_out", "runtime", "system1_pct_of_best"),
-    ),
-    ("guard_threshold", "Guard distance threshold", ("guard", "distance_threshold")),
-    ("states", "Training states", ("counts", "states")),
-    ("train_seconds", "Training time (s)", ("train_seconds",)),
-)
-
-
-def _dig(data: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
-def summarize(metrics: dict[str, Any]) -> list[Metric]:
-    """The headline metrics a person reads first, in words; those the model lacks left out."""
-    out = []
-    for key, label, path in SUMMARY:
-        value = _dig(metrics, path)
-        if isinstance(value, int | float | str) and not isinstance(value, bool):
-            out.append(Metric(key=key, label=label, value=value))
-    return out
-
-
 def _device(engine: Engine, device_id: str | None) -> dict[str, Any] | None:
     t = tables.devices
     query = select(t.c.device_id, t.c.hostname, t.c.fingerprint)
@@ -172,13 +132,13 @@ def query_model(engine: Engine, settings: Settings, device_id: str | None) -> Ma
     model = None
     if row is not None:
         metrics = dict(row["metrics"] or {})
-        workloads = _dig(metrics, ("counts", "workloads"))
+        workloads = dig(metrics, ("counts", "workloads"))
         model = ModelOut(
             version=row["model_version"],
             published_at=row["published_at"].isoformat(),
             trained_on=row["trained_on"],
             workloads={str(k): int(v) for k, v in (workloads or {}).items()},
-            summary=summarize(metrics),
+            summary=[Metric(**m) for m in summarize(metrics)],
             metrics=metrics,
         )
     return MachineModel(

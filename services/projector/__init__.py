@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from hpc_ds1.archive import folder_of
 from hpc_ds1.audit import AuditFile
+from hpc_ds1.projection.rebuild import rebuild
 from hpc_ds1.runtime import ServiceContext
 
-from .projector import Projector, project, rebuild
+from .projector import Projector, project
 
 __all__ = ["Projector", "project", "rebuild", "run"]
 

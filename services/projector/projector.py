@@ -27,9 +27,9 @@ from hpc_ds1.bus import EventBus, RawEvent, stream_sequence, until_answered
 from hpc_ds1.db import tables
 from hpc_ds1.events import AuditCheckpoint, envelope
 from hpc_ds1.log import get_logger
-
-from .domain import Folded, find_gaps, fold
-from .store import Applied, apply, read_checkpoint, record_gaps, truncate_read_models
+from hpc_ds1.projection.fold import find_gaps, fold
+from hpc_ds1.projection.rebuild import report_problems
+from hpc_ds1.projection.store import apply, read_checkpoint, record_gaps
 
 log = get_logger("projector")
 
@@ -88,7 +88,7 @@ def project_batch(
             log.warning("sequence_gap", missing=[f"{a}-{b}" for a, b in missing])
             record_gaps(conn, missing)
         result = apply(conn, folded, checkpoint)
-        _report_problems(result)
+        report_problems(result)
         audited: list[dict[str, Any]] = []
         if audit is not None:
             # Written before the commit: a crash in between leaves the file ahead of the
@@ -104,14 +104,6 @@ def project(engine: Engine, events: Sequence[RawEvent], audit: AuditFile | None)
     """Fold and apply one batch in one transaction; returns how many were new."""
     result = project_batch(engine, events, audit)
     return result.applied + result.set_aside
-
-
-def _report_problems(result: Applied) -> None:
-    for item in result.applied:
-        if item.problem:
-            log.warning("event_kept_invalid", seq=item.seq, problem=item.problem)
-    for aside in result.set_aside:
-        log.error("event_set_aside", seq=aside.seq, reason=aside.row["reason"])
 
 
 class Projector:
@@ -347,35 +339,3 @@ class Projector:
         self.anchors += 1
         log.info("audit_anchored", seq=event.seq, hash=event.hash, event_seq=seq)
         return seq
-
-
-async def rebuild(
-    engine: Engine, bus: EventBus, batch: int = 2000, archive: Path | None = None
-) -> int:
-    """Empty the read models and fold the whole log again, in one transaction; the live
-    projector waits on the checkpoint lock and then finds nothing left to do. An event
-    Postgres refuses is set aside, as the live projector does. `archive`: the home's archive
-    folder, whose segments are folded in sequence order with the stream."""
-    end = await bus.last_sequence()
-    chunks: list[list[Folded]] = []
-    async for chunk in merged(bus, archive, 1, stop_at=end, batch=batch):
-        chunks.append([fold(e.seq, e.subject, e.data) for e in chunk])
-
-    def write() -> int:
-        with engine.begin() as conn:
-            read_checkpoint(conn, lock=True)
-            truncate_read_models(conn)
-            checkpoint = 0
-            aside = 0
-            for folded in chunks:
-                missing = find_gaps(checkpoint, [f.seq for f in folded])
-                record_gaps(conn, missing)
-                result = apply(conn, folded, checkpoint)
-                _report_problems(result)
-                checkpoint = result.checkpoint
-                aside += len(result.set_aside)
-            if aside:
-                log.warning("rebuild_set_aside", events=aside)
-            return checkpoint
-
-    return await asyncio.to_thread(write)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import Engine, select
 
 from hpc_ds1.db import tables
+from hpc_ds1.db.reads import load_measurements
 from hpc_ds1.events import ModelPublished, envelope
 from hpc_ds1.log import get_logger
 from hpc_ds1.models_store import models_bucket, save_local
@@ -17,12 +20,43 @@ from hpc_ds1.runtime import ServiceContext
 
 log = get_logger("trainer")
 
+T = TypeVar("T")
 
-def load_measurements(engine: Engine, device_id: str) -> list[dict[str, Any]]:
-    t = tables.measurements
-    with engine.connect() as conn:
-        rows = conn.execute(select(t).where(t.c.device_id == device_id).order_by(t.c.seq))
-        return [dict(r._mapping) for r in rows]
+
+async def in_daemon_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` on a daemon thread of its own. Training takes minutes and cannot be
+    interrupted; on asyncio's default executor a training still running at stop held the
+    process past its grace period (asyncio.run joins that executor's threads), and the container
+    was killed (137). A daemon thread ends with the process: nothing is written until the
+    training returns, so an interrupted one leaves nothing behind and is requested again."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as error:  # handed to the awaiting coroutine
+            _settle_soon(loop, settle, None, error)
+        else:
+            _settle_soon(loop, settle, result, None)
+
+    threading.Thread(target=work, name=f"trainer-{fn.__name__}", daemon=True).start()
+    return await done
+
+
+def _settle_soon(loop: asyncio.AbstractEventLoop, settle: Callable[..., None], *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(settle, *args)
+    except RuntimeError:  # the loop has closed: the process is stopping, nobody awaits
+        pass
 
 
 def load_fingerprint(engine: Engine, device_id: str) -> dict[str, Any] | None:
@@ -63,7 +97,7 @@ class Trainer:
             }
         fingerprint = Fingerprint.model_validate(raw_fingerprint)
         settings = self.ctx.settings
-        trained = await asyncio.to_thread(
+        trained = await in_daemon_thread(
             train,
             usable,
             fingerprint,

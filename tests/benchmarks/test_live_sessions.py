@@ -5,8 +5,8 @@ the benchmark's (and `evaluate --live`'s, tests/e2e/test_evaluate.py)."""
 from __future__ import annotations
 
 from benchmarks.live_sessions import FLOOR, NONE, compare_floors
-from hpc_ds1.evaluation.policies import SessionOutcome
 from hpc_ds1.evaluation.truth import TruePoint
+from hpc_ds1.model.replay import SessionOutcome
 from hpc_ds1.model.schema import Thresholds
 from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime
 from tests.evaluation.scripted import Runs, Walker

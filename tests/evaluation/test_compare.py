@@ -9,8 +9,8 @@ import pytest
 
 from hpc_ds1.evaluation import Cell, Point
 from hpc_ds1.evaluation.compare import Variant, compare
-from hpc_ds1.evaluation.policies import model_session, rerun
 from hpc_ds1.model import Measurement, Model
+from hpc_ds1.model.replay import model_session, rerun
 from hpc_ds1.model.transfer import BANDWIDTHS
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE
 from hpc_ds1.space import Config

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hpc_ds1.evaluation.decisions import Checked, calibration_summary, check_cell
-from hpc_ds1.evaluation.landscape import Cell, Point
 from hpc_ds1.model import Thresholds
+from hpc_ds1.model.replay import Cell, Point
 from hpc_ds1.space import RANKS_UP, STOP, THREADS_UP, Config, ConfigSpace
 
 HERE = Config(ranks=1, threads=1, tile=64)

@@ -15,8 +15,8 @@ from hpc_ds1.evaluation.headline import (
     truth_targets,
     versus,
 )
-from hpc_ds1.evaluation.policies import SessionOutcome
 from hpc_ds1.evaluation.truth import TruePoint, TrueScore
+from hpc_ds1.model.replay import SessionOutcome
 from hpc_ds1.space import Config, ConfigSpace
 
 CONFIGS = ConfigSpace.for_cpus(2, (32, 64, 128)).configs()

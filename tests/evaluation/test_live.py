@@ -25,9 +25,10 @@ from hpc_ds1.evaluation.live import (
     paired,
     run_stats,
 )
-from hpc_ds1.evaluation.policies import model_session, system1_answer
+from hpc_ds1.evaluation.policies import system1_answer
 from hpc_ds1.evaluation.report import render_live
 from hpc_ds1.evaluation.truth import TruePoint, score_sessions
+from hpc_ds1.model.replay import model_session
 from hpc_ds1.model.schema import Measurement, Thresholds
 from hpc_ds1.space import Config, ConfigSpace
 from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime

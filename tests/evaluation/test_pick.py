@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpc_ds1.evaluation.policies import model_session
+from hpc_ds1.model.replay import model_session
 from hpc_ds1.model.schema import Thresholds
 from hpc_ds1.space import STOP, Config
 from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime

@@ -13,12 +13,11 @@ from hpc_ds1.evaluation.landscape import nearest_size, noise_summary
 from hpc_ds1.evaluation.policies import (
     exhaustive_session,
     greedy_session,
-    landscape_engineer,
-    model_session,
     random_session,
     tpe_session,
 )
 from hpc_ds1.model import Measurement, Thresholds
+from hpc_ds1.model.replay import landscape_engineer, model_session
 from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
 from tests.evaluation.landscapes import BEST, SPACE, bowl, runtime
 

@@ -10,12 +10,7 @@ import random
 import pytest
 
 from hpc_ds1.evaluation import Cell, EvaluationError, Point
-from hpc_ds1.evaluation.policies import (
-    SessionOutcome,
-    exhaustive_session,
-    greedy_session,
-    random_session,
-)
+from hpc_ds1.evaluation.policies import exhaustive_session, greedy_session, random_session
 from hpc_ds1.evaluation.report import render_truth
 from hpc_ds1.evaluation.truth import (
     TruePoint,
@@ -28,6 +23,7 @@ from hpc_ds1.evaluation.truth import (
     within_noise,
 )
 from hpc_ds1.model import Measurement
+from hpc_ds1.model.replay import SessionOutcome
 from hpc_ds1.runner.noise import relative_spread
 from hpc_ds1.space import Config, ConfigSpace
 

@@ -17,15 +17,16 @@ import pytest
 
 from hpc_ds1.credentials import CredentialError
 from hpc_ds1.fleet import Agent
-from hpc_ds1.fleet.agent import (
+from hpc_ds1.fleet.agent import ModelWatch, measurement_chunks
+from hpc_ds1.fleet.client import (
+    REFUSED_CREDENTIAL,
+    AgentClient,
+    CredentialRefused,
     Identity,
-    ModelWatch,
     device_file,
     load_identity,
-    measurement_chunks,
     save_identity,
 )
-from hpc_ds1.fleet.client import REFUSED_CREDENTIAL, AgentClient, CredentialRefused
 from hpc_ds1.fleet.execute import TaskResult
 from hpc_ds1.fleet.work import WorkItem
 from hpc_ds1.models_store import save_local

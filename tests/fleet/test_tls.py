@@ -31,13 +31,17 @@ import uvicorn
 from cryptography import x509
 
 from hpc_ds1.credentials import CredentialError, join_command, reachable_host
-from hpc_ds1.fleet.agent import Agent, Identity, ca_file, load_identity, save_identity
+from hpc_ds1.fleet.agent import Agent
 from hpc_ds1.fleet.client import (
     FleetClient,
+    Identity,
     Unreachable,
     UntrustedServer,
+    ca_file,
+    load_identity,
     pinned_trust,
     resolve_trust,
+    save_identity,
 )
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port, wait_for_port

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from hpc_ds1.knobs import Knob
 from hpc_ds1.model import Measurement, Model, State, Thresholds, train
 from hpc_ds1.model import features as ft
 from hpc_ds1.model.transfer import from_metadata, to_metadata
@@ -23,7 +24,6 @@ from hpc_ds1.space import (
     neighbours,
     representatives,
 )
-from hpc_ds1.tuning.knobs import Knob
 from hpc_ds1.workloads import Work, command_workload
 from hpc_ds1.workloads.registry import preserved, register
 

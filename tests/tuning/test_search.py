@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpc_ds1.knobs import Knob, KnobSpace
 from hpc_ds1.tuning import search
-from hpc_ds1.tuning.knobs import Knob, KnobSpace
-from hpc_ds1.tuning.recorded import RecordedDevice, RecordedSpace
+from hpc_ds1.workloads.recorded_space import RecordedDevice, RecordedSpace
 
 DATA = Path(__file__).parent / "data"
 KERNEL = DATA / "convolution_milo_cut.json"

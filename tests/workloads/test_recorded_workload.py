@@ -14,8 +14,8 @@ from hpc_ds1.runner import Status, run
 from hpc_ds1.runner.checks import InvalidJob
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace, neighbours
-from hpc_ds1.tuning.recorded import RecordedSpace
 from hpc_ds1.workloads import WorkloadFileError, load_workload_file
+from hpc_ds1.workloads.recorded_space import RecordedSpace
 from tests.commands import run_hpc
 
 DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"

@@ -61,7 +61,7 @@ class CommandFailed(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hpc_ds1 import __version__
+    from hpc_ds1.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="hpc-ds1",

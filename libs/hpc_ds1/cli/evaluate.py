@@ -841,8 +841,8 @@ def _load(
 ) -> tuple[list[Any], list[Any]]:
     """The device's training measurements and its observed held-out ones at the sizes asked
     for; apart, the truth pass's measurements at those sizes."""
+    from ..db.reads import load_measurements
     from ..evaluation.truth import split_passes
-    from ..services.trainer.training import load_measurements
 
     return split_passes(
         row

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def describe(model: Any, path: Any, this_machine: Any) -> dict[str, Any]:
     """What `model show` prints: the model's own metadata (nothing from a server)."""
     from ..model.guard import hardware_reason
-    from ..services.gateway.machine_api import summarize
+    from ..model.summary import summarize
 
     fp = model.fingerprint
     difference = hardware_reason(fp, this_machine) if this_machine is not None else None
@@ -39,7 +39,7 @@ def describe(model: Any, path: Any, this_machine: Any) -> dict[str, Any]:
         "gpus": len(fp.get("gpus") or ()),
         "this_machine": difference is None,
         "hardware_difference": difference,
-        "summary": [m.model_dump() for m in summarize(model.metrics)],
+        "summary": summarize(model.metrics),
         "metrics": model.metrics,
     }
 

@@ -44,7 +44,7 @@ def handle_rebuild(args: argparse.Namespace) -> int:
 
 
 async def _rebuild(settings: Settings, nats_url: str, database_url: str) -> tuple[int, int]:
-    from hpc_ds1.services.projector import rebuild
+    from hpc_ds1.projection.rebuild import rebuild
 
     # It reads the log: no stream is created (MissingStream when there is none: rebuilding
     # from no log would only empty the projection).

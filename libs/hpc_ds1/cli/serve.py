@@ -27,7 +27,7 @@ from ..infra.home import Endpoints, own_home
 from ..infra.tls import ServerCertificate, TLSError, ensure_server_cert, local_names
 from ..runtime import SERVICES, install_stop_signals, run_loop, run_services
 from ..settings import Settings
-from . import UsageError
+from . import UsageError, main
 from .common import add_home_argument, load_settings
 
 
@@ -140,7 +140,7 @@ def serve(settings: Settings, services: tuple[str, ...], processes: bool = False
                 if settings.host.startswith("127.") or settings.host in ("localhost", "::1"):
                     print("            (this machine only: `serve --host 0.0.0.0` for others)")
             # Forked here, before this process has an event loop or a thread.
-            children = start_children(services, settings) if processes else None
+            children = start_children(services, settings, main) if processes else None
             run_loop(_serve(settings, services, ends, started, children), settings)
     except RuntimeError as error:
         raise UsageError(str(error)) from None

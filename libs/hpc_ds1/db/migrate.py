@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib.util
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine
 
 
-def alembic_config(engine: Engine) -> Config:
-    import hpc_ds1.migrations as migrations
+def script_location() -> str:
+    """The folder of the migration scripts, which alembic loads itself. Found, not imported:
+    the scripts import the tables (db), so migrations sit above db in the layers."""
+    spec = importlib.util.find_spec("hpc_ds1.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("hpc_ds1.migrations is not installed: reinstall hpc-ds1")
+    return str(next(iter(spec.submodule_search_locations)))
 
+
+def alembic_config(engine: Engine) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.set_main_option("script_location", script_location())
     config.attributes["engine"] = engine
     return config
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Engine, select
 
 from . import tables
@@ -18,3 +20,11 @@ def latest_model(engine: Engine, device_id: str) -> tuple[str, str] | None:
             .limit(1)
         ).first()
     return None if row is None else (row[0], row[1])
+
+
+def load_measurements(engine: Engine, device_id: str) -> list[dict[str, Any]]:
+    """Every measurement of the device, in log order (the trainer's input)."""
+    t = tables.measurements
+    with engine.connect() as conn:
+        rows = conn.execute(select(t).where(t.c.device_id == device_id).order_by(t.c.seq))
+        return [dict(r._mapping) for r in rows]

@@ -1,7 +1,9 @@
 """How good the model is, measured on held-out sizes: sessions replayed on a real landscape
 against baselines, System 1, the familiarity guard on never-seen kernels, calibration."""
 
-from .landscape import Cell, EvaluationError, Point, build_cells
+from hpc_ds1.model.replay import Cell, Point
+
+from .landscape import EvaluationError, build_cells
 from .plan import EVAL_PROFILES, EvalProfile, plan_held_out
 from .run import Evaluation, evaluate
 

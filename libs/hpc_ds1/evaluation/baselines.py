@@ -19,10 +19,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hpc_ds1.model.replay import Cell, Measure, SessionOutcome, session_outcome
 from hpc_ds1.space import Config, ConfigSpace, knob_view
 
-from .landscape import Cell
-from .policies import Measure, SessionOutcome, fastest_ran, session_outcome
+from .policies import fastest_ran
 
 STALE = 100  # TPE suggestions in a row that bring no new configuration before it stops
 # A prior of thousands of trials costs TPE a pass over all of them at every suggestion (0.24 s

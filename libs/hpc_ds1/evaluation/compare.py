@@ -1,6 +1,6 @@
 """Policies compared offline on the same recorded landscapes: the old and the new keep rule,
 with and without transfer, scored on the truth pass. Nothing is measured; a race's re-runs are
-seeded (policies.rerun), so a comparison is deterministic for its seed.
+seeded (model.replay.rerun), so a comparison is deterministic for its seed.
 
 Every variant replays every start of every development cell, and is scored on the truth pass
 where its final configuration was re-measured (with `evaluate --truth-all`, everywhere); what
@@ -16,14 +16,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.model import Measurement, Model, aggregate
+from hpc_ds1.model import Measurement, Model, aggregate, replay
+from hpc_ds1.model.replay import Cell, Point
 from hpc_ds1.model.transfer import BANDWIDTHS, WEIGHTS, Table, pick, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE, KeepRule
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.tuning.session import PICK_MIN_GAIN
 
 from . import policies as pol
-from .landscape import Cell, Point, build_cells, nearest_size, percentile
+from .landscape import build_cells, nearest_size, percentile
 from .run import _trained_best, _transfer_session, training_of
 from .truth import TRUTH_REPEATS, Key, TruePoint, split_passes, truth_points, within_noise
 
@@ -51,7 +52,7 @@ class Variant:
     weight: float | None = None  # recommend with this transfer weight instead of the file's
     explore_first: bool = False  # never stop before a move was tried (choose_move)
     # System 1's configuration once where the session would end, as the coordinator does
-    # (policies.model_session); False: the sessions before docs/evaluation.md section 16
+    # (model.replay.model_session); False: the sessions before docs/evaluation.md section 16
     pick: bool = True
     pick_after_misses: bool = True  # ... two misses in a row included
     pick_gain: float | None = PICK_MIN_GAIN  # ... where predicted this much faster (None: any)
@@ -136,7 +137,7 @@ def simulated_cells(
 
 def _row(
     name: str,
-    outcomes: Sequence[pol.SessionOutcome],
+    outcomes: Sequence[replay.SessionOutcome],
     truth: Mapping[Key, Mapping[Any, TruePoint]],
     repeats: int,
 ) -> dict[str, Any]:
@@ -169,8 +170,8 @@ def _row(
 
 
 def paired_difference(
-    a: Sequence[pol.SessionOutcome],
-    b: Sequence[pol.SessionOutcome],
+    a: Sequence[replay.SessionOutcome],
+    b: Sequence[replay.SessionOutcome],
     truth: Mapping[Key, Mapping[Any, TruePoint]],
     seed: int,
     draws: int = 2000,
@@ -178,7 +179,7 @@ def paired_difference(
     """Mean true % of best of b minus a, per cell, with a bootstrap 90 % interval over cells
     (sessions of one cell share its landscape, so the cell is the unit resampled)."""
 
-    def per_cell(outcomes: Sequence[pol.SessionOutcome]) -> dict[Key, float]:
+    def per_cell(outcomes: Sequence[replay.SessionOutcome]) -> dict[Key, float]:
         got: dict[Key, list[float]] = {}
         for o in outcomes:
             points = truth.get((o.workload, o.size), {})
@@ -207,7 +208,7 @@ def paired_difference(
 
 def _sessions(
     model: Model, cells: Sequence[Cell], variant: Variant, seed: int, transfer: Table
-) -> list[pol.SessionOutcome]:
+) -> list[replay.SessionOutcome]:
     out = []
     recommender = model
     if variant.weight is not None:
@@ -235,7 +236,7 @@ def _sessions(
             # a start that failed at this size is not replayable
             starts = [start] if start in cell.points else []
         for start in starts:
-            o = pol.model_session(
+            o = replay.model_session(
                 model,
                 cell,
                 start,
@@ -401,15 +402,15 @@ def compare(
     }
 
 
-def cached_landscape(path: Path) -> tuple[Path, Model, list[Measurement], list[Measurement]]:
-    """The home (of $HPC_DS1_HOME), its model, and the observed and truth-pass measurements of
-    a cache that `benchmarks/compare_policies.py --cache` wrote."""
+def cached_landscape(
+    path: Path, home: Path
+) -> tuple[Path, Model, list[Measurement], list[Measurement]]:
+    """The home, its model, and the observed and truth-pass measurements of a cache that
+    `benchmarks/compare_policies.py --cache` wrote."""
     import orjson
 
     from hpc_ds1.api import load
-    from hpc_ds1.cli.common import load_settings
 
-    home = load_settings(quiet=True).home
     rows = orjson.loads(path.read_bytes())
     observed, truth = split_passes(rows)
     return Path(home), load(home, log_decisions=False), observed, truth

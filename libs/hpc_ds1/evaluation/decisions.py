@@ -23,9 +23,10 @@ from hpc_ds1.model.calibration import (
 )
 from hpc_ds1.model.discrimination import report as discrimination_report
 from hpc_ds1.model.labels import Outcome, label_outcomes
+from hpc_ds1.model.replay import Cell
 from hpc_ds1.space import STOP, Config, apply_move, neighbours
 
-from .landscape import Cell, SpaceFor
+from .landscape import SpaceFor
 
 BIN_EDGES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 MODES = ("auto", "confirm", "escalate")

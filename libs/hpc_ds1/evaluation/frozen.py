@@ -88,7 +88,7 @@ def digest(document: Mapping[str, Any]) -> str:
 def code_version() -> dict[str, Any]:
     """The code's commit where the package runs from a git checkout (its files tracked there),
     with whether they differ from it; else the package's version."""
-    from hpc_ds1 import __version__
+    from hpc_ds1.version import __version__
 
     package = Path(__file__).resolve().parents[1]
     try:
@@ -721,7 +721,7 @@ def unseen_device_result(
 ) -> dict[str, Any]:
     """System 1's pick for the never-seen recorded device, scored against the recorded file's
     optimum (the lowest mean over its repeats) where the model gives one the file holds."""
-    from hpc_ds1.tuning.knobs import KnobError
+    from hpc_ds1.knobs import KnobError
     from hpc_ds1.workloads import UnknownWorkload, get_workload
     from hpc_ds1.workloads.recorded import RecordedWorkload
 

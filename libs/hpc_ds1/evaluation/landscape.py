@@ -3,70 +3,18 @@ Every runtime a replayed session sees is one of these measured medians."""
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from hpc_ds1.model.labels import aggregate
-from hpc_ds1.model.schema import Measurement, State
-from hpc_ds1.runner import is_faster
+from hpc_ds1.model.replay import Cell, Point
+from hpc_ds1.model.schema import Measurement
 from hpc_ds1.space import Config, ConfigSpace
 
 
 class EvaluationError(RuntimeError):
     """The evaluation cannot be computed honestly from what was measured."""
-
-
-@dataclass(frozen=True)
-class Point:
-    runtime_s: float
-    spread: float | None
-    throughput: float | None
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One (workload, size): the measured median of every configuration; failed ones apart."""
-
-    workload: str
-    size: int
-    points: dict[Config, Point]
-    failed: frozenset[Config]
-
-    @functools.cached_property  # a cell is built once and replayed from every start
-    def best_config(self) -> Config:
-        return min(self.points, key=lambda c: (self.points[c].runtime_s, c.label()))
-
-    @property
-    def best_runtime_s(self) -> float:
-        return self.points[self.best_config].runtime_s
-
-    def state(self, config: Config) -> State:
-        """A measured configuration as the model sees it: with its measured telemetry."""
-        point = self.points[config]
-        return State(
-            workload=self.workload,
-            size=self.size,
-            config=config,
-            runtime_s=point.runtime_s,
-            throughput=point.throughput,
-        )
-
-    def tied_with_best(self) -> list[Config]:
-        """Configurations the best does not beat by more than the measured noise."""
-        best = self.points[self.best_config]
-        return [
-            c
-            for c, p in self.points.items()
-            if not is_faster(best.runtime_s, best.spread, p.runtime_s, p.spread)
-        ]
-
-    def pct_of_best(self, config: Config) -> float:
-        """best runtime / runtime of `config`, in %; 0 for a failed or unmeasured one."""
-        point = self.points.get(config)
-        return 0.0 if point is None else 100.0 * self.best_runtime_s / point.runtime_s
 
 
 SpaceFor = Callable[[str], ConfigSpace]

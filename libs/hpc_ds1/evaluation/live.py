@@ -1,6 +1,6 @@
 """Tuning sessions run for real on the held-out sizes (`hpc-ds1 evaluate --live N`).
 
-A replayed session (policies.model_session on the observed pass) sees each configuration's
+A replayed session (model.replay.model_session on the observed pass) sees each configuration's
 observed median, and a race's re-run is modelled as a draw around that median: a replay cannot
 race out of the observed pass's luck, and it assumes the noise the observed pass measured. A
 live session is the coordinator's session fold with every run a real launch, as `tune` runs
@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hpc_ds1.model import replay
+from hpc_ds1.model.replay import Cell
 from hpc_ds1.model.schema import Measurement, Thresholds
 from hpc_ds1.runner import RunResult
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
@@ -27,7 +29,7 @@ from hpc_ds1.space import Config, ConfigSpace
 
 from . import policies as pol
 from .headline import figure_interval, versus
-from .landscape import Cell, percentile
+from .landscape import percentile
 from .truth import TrueScore
 
 LIVE_POLICY = {"model": "model_live", "model_recommend": "model_recommend_live"}
@@ -52,13 +54,13 @@ class LiveMeasure:
         self.run_fn = run_fn
         self.runs: list[LiveRun] = []
 
-    def __call__(self, config: Config, rerun: int) -> pol.Run | None:
+    def __call__(self, config: Config, rerun: int) -> replay.Run | None:
         started = time.perf_counter()
         result = self.run_fn(self.cell.workload, self.cell.size, config)
         self.runs.append(LiveRun(result, time.perf_counter() - started))
         if not result.ok or result.runtime_s is None:
             return None
-        return pol.Run(result.runtime_s, result.spread, result.throughput)
+        return replay.Run(result.runtime_s, result.spread, result.throughput)
 
 
 def device_runs(
@@ -106,16 +108,16 @@ def live_sessions(
     *,
     seed: int = 0,
     rule: KeepRule = DEFAULT_RULE,
-    on_session: Callable[[pol.SessionOutcome, list[LiveRun]], None] | None = None,
+    on_session: Callable[[replay.SessionOutcome, list[LiveRun]], None] | None = None,
     floor: Mapping[str, float | None] | None = None,
-) -> list[pol.SessionOutcome]:
+) -> list[replay.SessionOutcome]:
     """Per cell: the model's session from its recommendation, then from `n` seeded starts,
     every run real (`run_fn`). `on_session` gets each session and its runs as it ends.
     `floor` (benchmarks/live_sessions.py): each start runs twice, once with the keep rule's
     floor on a run's sigma raised to the workload's `floor` (policy suffixed FLOORED) and once
     with `rule` as it is, which goes first alternating from start to start so that neither
     meets the machine's slow minutes alone."""
-    out: list[pol.SessionOutcome] = []
+    out: list[replay.SessionOutcome] = []
     turn = 0
     for cell in cells:
         space = model.space_for(cell.workload)
@@ -134,7 +136,7 @@ def live_sessions(
             turn += 1
             for suffix, session_rule in rules if turn % 2 else rules[::-1]:
                 measure = LiveMeasure(cell, run_fn)
-                outcome = pol.model_session(
+                outcome = replay.model_session(
                     model,
                     cell,
                     start,

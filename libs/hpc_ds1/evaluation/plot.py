@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_ds1.model.replay import SessionOutcome
+
 from .decisions import Checked
-from .policies import ALL_POLICIES, SessionOutcome
+from .policies import ALL_POLICIES
 
 COLOURS = {
     "model": "#1f77b4",

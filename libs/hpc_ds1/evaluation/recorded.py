@@ -31,17 +31,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_ds1.model import Measurement, Model, Thresholds, aggregate
+from hpc_ds1.model import Measurement, Model, Thresholds, aggregate, replay
+from hpc_ds1.model.replay import Cell, Point
 from hpc_ds1.requests import RUN_REPEATS
 from hpc_ds1.runner.noise import relative_spread
 from hpc_ds1.space import Config, ConfigSpace
-from hpc_ds1.tuning.recorded import RecordedSpace
 from hpc_ds1.workloads.recorded import RecordedWorkload
+from hpc_ds1.workloads.recorded_space import RecordedSpace
 
 from . import baselines as bl
 from . import decisions as dc
 from . import policies as pol
-from .landscape import Cell, EvaluationError, Point
+from .landscape import EvaluationError
 from .run import session_table
 
 Progress = Callable[[str, int, int], None]
@@ -91,17 +92,19 @@ def landscape_of(workload: RecordedWorkload, space: ConfigSpace) -> RecordedLand
     return RecordedLandscape(cell, repeats, recorded)
 
 
-def recorded_measure(land: RecordedLandscape, seed: int, repeats: int = RUN_REPEATS) -> pol.Measure:
+def recorded_measure(
+    land: RecordedLandscape, seed: int, repeats: int = RUN_REPEATS
+) -> replay.Measure:
     """The k-th run of a configuration in a session: `repeats` recorded repeats drawn, seeded
     by (seed, configuration, k), their median and relative spread; None for a failure."""
 
-    def measure(config: Config, k: int) -> pol.Run | None:
+    def measure(config: Config, k: int) -> replay.Run | None:
         recorded = land.repeats.get(config)
         if recorded is None:
             return None
         draw = random.Random(f"{seed}:{config.label()}:{k}")
         times = [recorded[draw.randrange(len(recorded))] for _ in range(repeats)]
-        return pol.Run(statistics.median(times), relative_spread(times))
+        return replay.Run(statistics.median(times), relative_spread(times))
 
     return measure
 
@@ -120,7 +123,7 @@ def evaluate_recorded(
     starts: int = STARTS,
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
-) -> tuple[dict[str, Any], list[pol.SessionOutcome], list[dc.Checked]]:
+) -> tuple[dict[str, Any], list[replay.SessionOutcome], list[dc.Checked]]:
     """Score the model's tuning of `workload`'s recorded landscape (see the module);
     `training`: this device's setup measurements of it (the baselines' information)."""
     began = time.perf_counter()
@@ -138,14 +141,14 @@ def evaluate_recorded(
     measure = recorded_measure(land, seed)
     answer = pol.system1_answer(model, cell, space, thresholds)
     chosen = _starts(cell, starts, seed)
-    engineer = pol.landscape_engineer(cell, space)
-    outcomes: list[pol.SessionOutcome] = []
+    engineer = replay.landscape_engineer(cell, space)
+    outcomes: list[replay.SessionOutcome] = []
     # System 1's answer is the recommendation `tune` starts from without --start
     recommend = None if answer is None else Config.model_validate(answer["config"])
     for i, start in enumerate(chosen):
         for policy, answers in (("model", None), ("model_engineer", engineer)):
             outcomes.append(
-                pol.model_session(
+                replay.model_session(
                     model,
                     cell,
                     start,
@@ -160,7 +163,7 @@ def evaluate_recorded(
             )
         if recommend is not None and recommend in cell.points:
             outcomes.append(
-                pol.model_session(
+                replay.model_session(
                     model,
                     cell,
                     recommend,

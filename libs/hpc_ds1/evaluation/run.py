@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hpc_ds1.model import Measurement, Model, Thresholds, aggregate, train
+from hpc_ds1.model import Measurement, Model, Thresholds, aggregate, replay, train
+from hpc_ds1.model.replay import Cell
 from hpc_ds1.model.transfer import Table, predict, relative_table
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule
 from hpc_ds1.space import Config
@@ -28,7 +29,7 @@ from .headline import (
     truth_targets,
     versus,
 )
-from .landscape import Cell, EvaluationError, build_cells, nearest_size, noise_summary, percentile
+from .landscape import EvaluationError, build_cells, nearest_size, noise_summary, percentile
 from .live import LiveRun, RunFn, live_sessions, live_summary
 from .system1 import system1
 from .truth import (
@@ -46,7 +47,7 @@ Progress = Callable[[str, int, int], None]  # phase, done, total
 @dataclass
 class Evaluation:
     results: dict[str, Any]
-    sessions: list[pol.SessionOutcome] = field(default_factory=list)
+    sessions: list[replay.SessionOutcome] = field(default_factory=list)
     checks: list[dc.Checked] = field(default_factory=list)
 
 
@@ -81,7 +82,7 @@ def check_honest(
 
 
 def session_table(
-    outcomes: Sequence[pol.SessionOutcome], policies: Sequence[str] = pol.ALL_POLICIES
+    outcomes: Sequence[replay.SessionOutcome], policies: Sequence[str] = pol.ALL_POLICIES
 ) -> list[dict[str, Any]]:
     """A row per policy (in `policies`' order) with sessions: % of best, real runs, and for the
     model's own sessions the proposals that waited for an engineer."""
@@ -205,7 +206,7 @@ def evaluate(
     truth: Sequence[Measurement] | None = None,
     truth_repeats: int = TRUTH_REPEATS,
     session_repeats: int = SESSION_REPEATS,
-    live: Sequence[pol.SessionOutcome] = (),
+    live: Sequence[replay.SessionOutcome] = (),
 ) -> Evaluation:
     """Score `model` on the held-out measurements among `measurements` (the device's log).
 
@@ -318,7 +319,7 @@ def truth_plan(
     near: float = NEAR_BEST,
     everything: bool = False,
     progress: Progress = _quiet,
-    live: Sequence[pol.SessionOutcome] = (),
+    live: Sequence[replay.SessionOutcome] = (),
 ) -> dict[tuple[str, int], list[Config]]:
     """What the truth pass must measure: replay every policy on the observed pass (the same
     seeded replay `evaluate` makes), then every configuration within `near` of the observed
@@ -355,8 +356,8 @@ def run_live(
     *,
     seed: int = 0,
     thresholds: Thresholds | None = None,
-    on_session: Callable[[pol.SessionOutcome, list[LiveRun]], None] | None = None,
-) -> list[pol.SessionOutcome]:
+    on_session: Callable[[replay.SessionOutcome, list[LiveRun]], None] | None = None,
+) -> list[replay.SessionOutcome]:
     """The live sessions (live.py) on the held-out cells among `measurements`."""
     training = training_of(model, measurements)
     cells, _, _ = _cells(model, measurements, training)
@@ -386,7 +387,7 @@ def _replay_sessions(
     rule: KeepRule = DEFAULT_RULE,
     transfer: Table | None = None,
     training: Sequence[Measurement] = (),
-) -> list[pol.SessionOutcome]:
+) -> list[replay.SessionOutcome]:
     """Every policy from every start of every cell; "model_recommend" is the model's session
     from its own recommendation (where `hpc-ds1 tune` starts without --start) and
     "model_transfer" from the interpolated-transfer configuration: the same for every start,
@@ -397,7 +398,7 @@ def _replay_sessions(
     starts = {id(c): sorted(c.points, key=Config.label) for c in cells}
     total = 2 * sum(len(s) for s in starts.values())
     done = 0
-    outcomes: list[pol.SessionOutcome] = []
+    outcomes: list[replay.SessionOutcome] = []
     setup = aggregate(training)
     trained: dict[str, list[int]] = {}
     for w, size, _ in setup:
@@ -407,7 +408,7 @@ def _replay_sessions(
         space = model.space_for(cell.workload)
         prior = priors[id(cell)]
         looked_up = bl.setup_best(prior) if prior else None
-        engineer = pol.landscape_engineer(cell, space)
+        engineer = replay.landscape_engineer(cell, space)
         answer = pol.system1_answer(model, cell, space, thresholds)  # a session's PICK
         moved = _transfer_session(
             model, cell, space, thresholds, rule, seed, transfer, system1=answer
@@ -416,7 +417,7 @@ def _replay_sessions(
         for start in starts[id(cell)]:
             for policy, answers in (("model", None), ("model_engineer", engineer)):
                 outcomes.append(
-                    pol.model_session(
+                    replay.model_session(
                         model,
                         cell,
                         start,
@@ -434,7 +435,7 @@ def _replay_sessions(
             outcomes.append(pol.exhaustive_session(cell, start, space))
             outcomes.append(bl.always_stop_session(cell, start))
             if prior:
-                replayed = pol.replay_measure(cell, seed, rule.sigma_floor)
+                replayed = replay.replay_measure(cell, seed, rule.sigma_floor)
                 outcomes.append(bl.lookup_session(cell, start, looked_up))
                 outcomes.append(bl.start_then_lookup_session(cell, start, looked_up, replayed))
             done += 1
@@ -486,13 +487,13 @@ def _recommend_session(
     rule: KeepRule,
     seed: int,
     system1: Any = None,
-) -> pol.SessionOutcome | None:
+) -> replay.SessionOutcome | None:
     """The model's session from its own recommendation, as `hpc-ds1 tune` runs one without
     --start; None where that configuration failed at this size (nothing to replay from)."""
     start = model.recommend(cell.workload, cell.size, space=space, thresholds=thresholds).config
     if start not in cell.points:
         return None
-    return pol.model_session(
+    return replay.model_session(
         model,
         cell,
         start,
@@ -516,7 +517,7 @@ def _transfer_session(
     *,
     explore_first: bool = False,
     system1: Any = None,
-) -> pol.SessionOutcome | None:
+) -> replay.SessionOutcome | None:
     """The model's session from the interpolated-transfer pick; a pick that fails at this size
     costs its run and the next pick is tried, as a real session would."""
     if not transfer or cell.workload not in transfer:
@@ -529,7 +530,7 @@ def _transfer_session(
     for config in ranked:
         tried += 1
         if config in cell.points:
-            out = pol.model_session(
+            out = replay.model_session(
                 model,
                 cell,
                 config,

@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpc_ds1.model import Model, Thresholds
+from hpc_ds1.model.replay import Cell
 from hpc_ds1.model.transfer import Table, pick
 from hpc_ds1.space import Config
 
-from .landscape import Cell, SpaceFor, nearest_size, percentile
+from .landscape import SpaceFor, nearest_size, percentile
 
 APPROACHES = {
     "model": "the model's recommendation",

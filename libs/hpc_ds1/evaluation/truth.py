@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_ds1.model.labels import aggregate
+from hpc_ds1.model.replay import Cell, SessionOutcome
 from hpc_ds1.model.schema import Measurement
 from hpc_ds1.requests import RUN_REPEATS
 from hpc_ds1.space import Config
 
-from .landscape import Cell, EvaluationError, percentile
-from .policies import ALL_POLICIES, SessionOutcome
+from .landscape import EvaluationError, percentile
+from .policies import ALL_POLICIES
 
 NEAR_BEST = 0.15
 TRUTH_REPEATS = 5

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -40,9 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-from ..credentials import CredentialError, _replace, credentials_dir
 from ..devicelock import Cancelled, device_lock
 from ..infra import tls
 from ..log import get_logger
@@ -55,13 +52,18 @@ from .client import (
     CredentialRefused,
     FleetError,
     Forbidden,
+    Identity,
     ServerError,
     TooManyRequests,
     Trust,
     Unreachable,
     UntrustedServer,
     base_url,
+    ca_file,
+    device_file,
+    load_identity,
     pinned_trust,
+    save_identity,
 )
 from .execute import TaskResult, describe, refused, run_work_item, stopped
 from .slurm import SlurmPartition
@@ -70,8 +72,6 @@ from .work import WorkItem
 log = get_logger("fleet-agent")
 T = TypeVar("T")
 
-DEVICE_FILE = "device.json"
-CA_FILE = "coordinator-ca.pem"  # the pinned CA's certificate, beside device.json
 STOP_GRACE_S = 10.0  # a stop waits this long for the killed job's result to go out
 STOPPED_POST_S = 3.0  # the last result of a stopped job gets one short try
 MAX_BACKOFF_S = 30.0
@@ -94,105 +94,6 @@ MEASUREMENT_FIELDS = (
     "held_out",
     "purpose",
 )
-
-
-# --- identity ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Identity:
-    """The device's credential for one coordinator (device.json)."""
-
-    server: str
-    device_id: str
-    token: str
-    token_id: str
-    heartbeat_interval_s: float | None = None
-    long_poll_s: float | None = None
-    ca_pin: str | None = None  # sha256:… of the coordinator's CA (https with a pin)
-    ca_pem: str | None = None  # that CA's certificate (credentials/coordinator-ca.pem)
-
-    def __repr__(self) -> str:  # never the token
-        return f"Identity(server={self.server!r}, device_id={self.device_id!r})"
-
-    @property
-    def trust(self) -> Trust | None:
-        return Trust(self.ca_pin, self.ca_pem) if self.ca_pin else None
-
-
-def device_file(home: Path) -> Path:
-    return Path(home) / "credentials" / DEVICE_FILE
-
-
-def ca_file(home: Path) -> Path:
-    return Path(home) / "credentials" / CA_FILE
-
-
-def same_server(a: str, b: str) -> bool:
-    pa, pb = urlsplit(a.strip().rstrip("/")), urlsplit(b.strip().rstrip("/"))
-    return (pa.scheme.lower(), pa.netloc.lower()) == (pb.scheme.lower(), pb.netloc.lower())
-
-
-def load_identity(home: Path, server: str) -> Identity | None:
-    """The stored identity for `server`, or None (no file, or one for another server).
-    CredentialError for a file others can read or that does not hold an identity."""
-    path = device_file(home)
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return None
-    if mode & 0o077:
-        raise CredentialError(
-            f"{path} is readable by others (mode {mode & 0o777:o}): run `chmod 600 {path}`"
-        )
-    try:
-        raw = json.loads(path.read_text())
-        found = Identity(
-            server=str(raw["server"]),
-            device_id=str(raw["device_id"]),
-            token=str(raw["token"]),
-            token_id=str(raw["token_id"]),
-            heartbeat_interval_s=raw.get("heartbeat_interval_s"),
-            long_poll_s=raw.get("long_poll_s"),
-            ca_pin=tls.parse_pin(raw["ca_pin"]) if raw.get("ca_pin") else None,
-        )
-    except (ValueError, KeyError, TypeError):
-        raise CredentialError(
-            f"{path} does not hold a device identity; delete it to join again"
-        ) from None
-    if not same_server(found.server, server):
-        return None
-    if found.ca_pin is not None:
-        # The CA kept at the join must still hash to the pin: an altered file is not trusted.
-        where = ca_file(home)
-        try:
-            pem = tls.check_ca_pem(where.read_text(), found.ca_pin)
-        except (OSError, tls.TLSError) as error:
-            raise CredentialError(
-                f"{where} cannot be trusted for the pin {found.ca_pin} in {path} ({error}); "
-                "delete both to join again"
-            ) from None
-        found = dataclasses.replace(found, ca_pem=pem)
-    return found
-
-
-def save_identity(home: Path, identity: Identity) -> Path:
-    """Write device.json (0600, in the 0700 credentials folder), replacing it atomically."""
-    credentials_dir(home)
-    path = device_file(home)
-    body = {
-        "server": identity.server,
-        "device_id": identity.device_id,
-        "token": identity.token,
-        "token_id": identity.token_id,
-        "heartbeat_interval_s": identity.heartbeat_interval_s,
-        "long_poll_s": identity.long_poll_s,
-        "ca_pin": identity.ca_pin,
-    }
-    if identity.ca_pin and identity.ca_pem:
-        _replace(ca_file(home), identity.ca_pem.strip())  # first: device.json names its pin
-    _replace(path, json.dumps(body, indent=2))
-    return path
 
 
 # --- the home's model -------------------------------------------------------------------

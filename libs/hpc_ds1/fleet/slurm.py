@@ -26,7 +26,7 @@ from ..devicelock import Cancelled
 from ..hardware import Fingerprint
 from ..log import get_logger
 from ..runner import RunResult
-from ..runner.api import job_env
+from ..runner.jobenv import job_env
 from ..space import Config
 
 log = get_logger("fleet-slurm")

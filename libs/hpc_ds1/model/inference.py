@@ -178,7 +178,7 @@ class Model:
         (tens of ms, once per version a service loads) guards against a bucket written past
         the gateway. The trusted paths (from_onnx, from_file: files this machine trained or
         its user chose) skip it."""
-        from hpc_ds1.model.vetting import check_static  # not at import: the child imports us
+        from hpc_ds1.model.vetting import check_static  # the onnx package, only when loading
 
         check_static(data, max_bytes)
         return cls(data, thresholds)

@@ -7,10 +7,10 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from hpc_ds1.knobs import Knob, Value
 from hpc_ds1.model.schema import Measurement
 from hpc_ds1.runner.noise import is_faster
 from hpc_ds1.space import STOP, Config, ConfigSpace, neighbours
-from hpc_ds1.tuning.knobs import Knob, Value
 
 StateKey = tuple[str, int, Config]
 

@@ -472,8 +472,7 @@ def _session_scorer(
     coordinator's own session rules replayed on the measured runtimes."""
     from types import SimpleNamespace
 
-    from hpc_ds1.evaluation.landscape import Cell, Point
-    from hpc_ds1.evaluation.policies import model_session
+    from hpc_ds1.model.replay import Cell, Point, model_session
     from hpc_ds1.model.schema import State, Thresholds
 
     index = {key: i for i, key in enumerate(keys)}

@@ -14,16 +14,14 @@ depends on no input feeds an output (check_static), so that pass computes everyt
 services' optimized sessions could fold at load. The child reports one line of ours;
 onnxruntime's text never leaves it.
 
-    python -m hpc_ds1.model.vetting --memory-mb 1024 < model.onnx   # the child: one JSON line
+    python -m hpc_ds1.model.vetting_child --memory-mb 1024 < model.onnx   # one JSON line
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -338,7 +336,7 @@ def _check_inferred_shapes(model: onnx.ModelProto) -> int:
 def check_sandboxed(data: bytes, memory_mb: int, timeout_s: float) -> None:
     """Loads the model in a child process capped at `memory_mb` of address space and
     `timeout_s` of wall time and runs it on TEST_ROWS rows; UnsafeModel when that fails."""
-    command = [sys.executable, "-m", "hpc_ds1.model.vetting", "--memory-mb", str(memory_mb)]
+    command = [sys.executable, "-m", "hpc_ds1.model.vetting_child", "--memory-mb", str(memory_mb)]
     env = {
         # not the server's environment (its database URL, its secrets): only what Python needs
         **{k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL")},
@@ -388,73 +386,3 @@ def vet(data: bytes, max_bytes: int, memory_mb: int, timeout_s: float) -> None:
     """Both checks, static first: nothing that fails it reaches onnxruntime at all."""
     check_static(data, max_bytes)
     check_sandboxed(data, memory_mb, timeout_s)
-
-
-# --- the child ------------------------------------------------------------------------------
-
-
-def _run_child(data: bytes) -> str | None:
-    """None when the model loads as an hpc_ds1 model and gives sane outputs on TEST_ROWS rows;
-    else what was wrong, in our words (onnxruntime's are dropped: they can tell about files)."""
-    import numpy as np
-
-    from hpc_ds1.model.inference import Model
-
-    try:
-        model = Model(data, optimize=False)
-    except Exception as error:
-        if _from_onnxruntime(error):
-            return _memory_or(error, "onnxruntime cannot build a session from the model")
-        if isinstance(error, KeyError):
-            return f"its hpc_ds1 metadata lacks the entry {str(error)[:80]}"
-        if isinstance(error, json.JSONDecodeError):
-            return "its hpc_ds1 metadata is not JSON"
-        if isinstance(error, ValueError):  # Model's own messages
-            return str(error)[:300]
-        return f"its hpc_ds1 metadata is malformed ({type(error).__name__})"
-    rows = np.random.default_rng(0).uniform(0.0, 1.0, (TEST_ROWS, model.layout.n_state))
-    try:
-        proba, runtime, distance = model.raw(rows.astype(np.float32))
-    except Exception as error:
-        return _memory_or(error, f"running the model on {TEST_ROWS} test rows fails")
-    expected = {
-        PROBABILITIES: (proba, (TEST_ROWS, len(model.metadata["classes"]))),
-        RUNTIME: (runtime, (TEST_ROWS, 1)),
-        DISTANCE: (distance, (TEST_ROWS,)),
-    }
-    for name, (value, shape) in expected.items():
-        if value.shape != shape:
-            got, want = list(value.shape), list(shape)
-            return f"its output {name!r} has shape {got} on {TEST_ROWS} rows, not {want}"
-        if not np.all(np.isfinite(value)):
-            return f"its output {name!r} is not finite on {TEST_ROWS} test rows"
-    return None
-
-
-def _from_onnxruntime(error: BaseException) -> bool:
-    return type(error).__module__.startswith("onnxruntime")
-
-
-def _memory_or(error: BaseException, message: str) -> str:
-    text = str(error).lower()
-    if isinstance(error, MemoryError) or "alloc" in text or "memory" in text:
-        return "loading and running the model needs more memory than a model may use here"
-    return message
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--memory-mb", type=int, required=True)
-    args = parser.parse_args(argv)
-    cap = args.memory_mb << 20
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    try:
-        reason = _run_child(sys.stdin.buffer.read())
-    except MemoryError:
-        reason = "loading and running the model needs more memory than a model may use here"
-    print(json.dumps({"ok": reason is None, "reason": reason}), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

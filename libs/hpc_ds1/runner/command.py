@@ -41,7 +41,7 @@ def command_env(
     MPI implementation that does not launch it (runner/mpienv.py): Open MPI's mpirun gets no
     MPICH folder nor variable, our mpiexec no Open MPI variable."""
     from hpc_ds1.runner import mpienv
-    from hpc_ds1.runner.api import job_env
+    from hpc_ds1.runner.jobenv import job_env
 
     ranks = int(values.get("ranks", "1"))
     launch = job_env(int(values["threads"]), ranks=ranks)
@@ -119,7 +119,7 @@ class _Runner:
             return output, wall
 
     def _once(self, argv: list[str], what: str, cwd: str | None) -> tuple[str, float]:
-        from hpc_ds1.runner.api import GRACE_S
+        from hpc_ds1.runner.jobenv import GRACE_S
 
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled("cancelled before the job finished")
@@ -172,8 +172,7 @@ def run_command(
     launcher: str = "mpiexec",
 ) -> RunResult:
     """One job of a command workload; `result` builds the RunResult (api._result)."""
-    from hpc_ds1.runner.api import mpiexec_path
-    from hpc_ds1.runner.launch import LauncherError
+    from hpc_ds1.runner.launch import LauncherError, mpiexec_path
 
     values = wl.values(job.config, job.size, mpiexec_path())
     env = command_env(wl, values, launcher)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hpc_ds1.tuning.knobs import Knob, Value
+    from hpc_ds1.knobs import Knob, Value
 
 
 @dataclass(frozen=True)

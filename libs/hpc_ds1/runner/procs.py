@@ -20,9 +20,11 @@ from pathlib import Path
 
 import psutil
 
+from hpc_ds1.devicelock import held
+from hpc_ds1.jobmarks import MARKER_VAR, kill_marked, marked, wait_gone
+
 EOF_MARK = None
 GUARD = str(Path(__file__).with_name("guard.py"))
-MARKER_VAR = "HPCDS1_JOB"  # every process of a job carries its marker in the environment
 POLL_S = 0.1
 GUARD_STOP_S = 5.0
 DEFAULT_DEADLINE_S = 7 * 86400.0
@@ -44,8 +46,6 @@ class Process:
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), init=False)
 
     def __post_init__(self) -> None:
-        from hpc_ds1.devicelock import held
-
         env = dict(os.environ if self.env is None else self.env)
         env[MARKER_VAR] = self.marker
         deadline = self.deadline if self.deadline is not None else time.time() + DEFAULT_DEADLINE_S
@@ -164,20 +164,6 @@ class Process:
         self.kill()
 
 
-def gone(proc: psutil.Process) -> bool:
-    """Dead, or a zombie (dead, waiting for a parent to reap it: not every init does at once)."""
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
-
-
-def wait_gone(procs: list[psutil.Process], timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while not all(gone(p) for p in procs) and time.monotonic() < end:
-        time.sleep(0.01)
-
-
 def kill_tree(pid: int) -> None:
     try:
         descendants = psutil.Process(pid).children(recursive=True)
@@ -191,26 +177,4 @@ def kill_tree(pid: int) -> None:
     wait_gone(descendants)
 
 
-def marked(marker: str) -> list[psutil.Process]:
-    """This user's processes whose environment carries the job marker `marker`."""
-    uid = os.getuid()
-    found = []
-    for proc in psutil.process_iter(["uids"]):
-        try:
-            if proc.info["uids"] is None or proc.info["uids"].real != uid:
-                continue
-            if proc.environ().get(MARKER_VAR) == marker:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def kill_marked(marker: str) -> int:
-    """SIGKILL every process of the job `marker` (a job left behind); how many there were."""
-    procs = marked(marker)
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    wait_gone(procs)
-    return len(procs)
+__all__ = ["MARKER_VAR", "Process", "kill_marked", "kill_tree", "marked", "wait_gone"]

@@ -41,9 +41,9 @@ from typing import Literal, Protocol
 import numpy as np
 from sklearn.ensemble import ExtraTreesRegressor
 
+from hpc_ds1.knobs import KnobConfig, KnobSpace
 from hpc_ds1.runner.keep import DEFAULT_RULE, KeepRule, Sample, Verdict, geometric_mean, judge
 
-from .knobs import KnobConfig, KnobSpace
 from .session import MAX_MISSES, PICK, PendingMove, keeps_a_tied_pick
 
 FAIL_PENALTY = math.log(2.0)  # a failure is fed back as twice as slow as the slowest run

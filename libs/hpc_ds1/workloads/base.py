@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from hpc_ds1.tuning.knobs import Knob, KnobSpace, Value
+from hpc_ds1.knobs import Knob, KnobSpace, Value
 
 ThroughputUnit = Literal["GFLOP/s", "GB/s"]
 
@@ -63,7 +63,7 @@ class Workload:
     """A kind of job. `prepare(ctx, size, tile)` is called on every rank (collectively);
     `prepare(ctx, size, tile, block)` for a workload whose kernel has a second block (`blocks`
     other than (0,), where 0 means the kernel's fixed block, as before it was a knob);
-    `prepare(ctx, size, tile, **knobs)` for one with `knobs` of its own (hpc_ds1.tuning.knobs:
+    `prepare(ctx, size, tile, **knobs)` for one with `knobs` of its own (hpc_ds1.knobs:
     integer lists or ranges, ordered values, categories, booleans), under `constraints` over
     them, ranks and threads (Python expressions, Kernel Tuner's `restrictions`; the constants
     cpus, gpus and workers may be read)."""

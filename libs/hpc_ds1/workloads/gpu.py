@@ -176,13 +176,14 @@ def _mc_kernel(start: int, count: int, seed: int, params: Any, sums: Any, square
     squares[tid] = q
 
 
-def montecarlo_sums(start: int, count: int, seed: int) -> tuple[float, float]:
-    from hpc_ds1.workloads import montecarlo as mc
-
+def montecarlo_sums(
+    start: int, count: int, seed: int, option: tuple[float, float, float, float]
+) -> tuple[float, float]:
+    """`option`: the spot, strike, drift and volatility (the CPU kernel's, montecarlo.py)."""
     if count <= 0:
         return 0.0, 0.0
     blocks = max(1, min((count + THREADS - 1) // THREADS, 1024))
-    params = cuda.to_device(np.array([mc.S0, mc.STRIKE, mc.DRIFT, mc.VOL]))
+    params = cuda.to_device(np.array(option))
     sums = cuda.device_array(blocks * THREADS)
     squares = cuda.device_array(blocks * THREADS)
     _mc_kernel[blocks, THREADS](start, count, seed, params, sums, squares)

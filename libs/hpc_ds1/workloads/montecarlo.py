@@ -90,7 +90,7 @@ class MonteCarloJob:
         if self.ctx.gpu:
             from hpc_ds1.workloads import gpu
 
-            return gpu.montecarlo_sums(start, count, SEED)
+            return gpu.montecarlo_sums(start, count, SEED, (S0, STRIKE, DRIFT, VOL))
         return payoff_sums(start, count, self.tile, SEED)
 
     def run(self) -> None:

@@ -1,5 +1,5 @@
 """A recorded landscape as a workload: a brute-forced tuning cache (Kernel Tuner's format or
-T4, `hpc_ds1.tuning.recorded`) that setup, decide, tune and evaluate run like any other job.
+T4, `workloads.recorded_space`) that setup, decide, tune and evaluate run like any other job.
 
 A TOML file declares it (docs/plugins.md, "A recorded GPU"):
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.tuning.knobs import KnobError
-from hpc_ds1.tuning.recorded import NotRecorded, RecordedDevice, RecordedSpace
+from hpc_ds1.knobs import KnobError
 from hpc_ds1.workloads.base import RankContext, Work, Workload
+from hpc_ds1.workloads.recorded_space import NotRecorded, RecordedDevice, RecordedSpace
 
 # HPC_DS1_REPLAY_SEED: the replay's draws repeat from this seed (tests, benchmarks); unset,
 # each process draws from a fresh seed, as a machine's noise would.

@@ -7,7 +7,7 @@
     env = { OMP_NUM_THREADS = "{threads}" } # the default
     sizes = [256, 512, 1024]
     held_out = [384, 768]
-    [knobs.block]                           # any number of knobs (hpc_ds1.tuning.knobs)
+    [knobs.block]                           # any number of knobs (hpc_ds1.knobs)
     values = [16, 32, 64]
     default = 32
     [check]                                 # exit_code = true | regex = "..." | command = "..."
@@ -39,8 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.tuning.knobs import SPEC_KEYS, Knob, KnobError, parse_knobs
-from hpc_ds1.tuning.recorded import RecordedError
+from hpc_ds1.knobs import SPEC_KEYS, Knob, KnobError, parse_knobs
 from hpc_ds1.workloads.base import Work, check_knobs
 from hpc_ds1.workloads.command import (
     DEFAULT_ENV,
@@ -53,6 +52,7 @@ from hpc_ds1.workloads.command import (
     template_fields,
 )
 from hpc_ds1.workloads.recorded import RecordedWorkload, recorded_workload
+from hpc_ds1.workloads.recorded_space import RecordedError
 
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # as requests.WorkloadName accepts
 KNOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
@@ -132,7 +132,7 @@ def _sizes(where: _Where, field: str, value: Any, required: bool) -> tuple[int, 
 def _knobs(
     where: _Where, data: Mapping[str, Any], constraints: Any
 ) -> tuple[tuple[Knob, ...], tuple[str, ...]]:
-    """The workload's own knobs and constraints (hpc_ds1.tuning.knobs), checked together."""
+    """The workload's own knobs and constraints (hpc_ds1.knobs), checked together."""
     table = data.get("knobs", {})
     if not isinstance(table, dict):
         raise where.fail("[knobs]", "must be a table of knobs, e.g. [knobs.block]")

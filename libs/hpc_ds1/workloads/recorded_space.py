@@ -25,7 +25,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .knobs import Knob, KnobConfig, KnobError, KnobSpace, Value
+from hpc_ds1.knobs import Knob, KnobConfig, KnobError, KnobSpace, Value
+
 from .recorded_files import (
     FAILURES,
     Parsed,

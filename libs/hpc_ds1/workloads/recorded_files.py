@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from .knobs import Knob, KnobConfig, KnobKind, check_name
+from hpc_ds1.knobs import Knob, KnobConfig, KnobKind, check_name
 
 FAILURES = ("invalid", "compile", "runtime", "correctness", "timeout")
 KERNEL_TUNER_FAILURES = {

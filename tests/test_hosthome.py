@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpc_ds1.devicelock import device_lock
-from hpc_ds1.infra.hosthome import (
+from hpc_ds1.hosthome import (
     SharedHomeWarning,
     filesystem_type,
     host_key,

@@ -1,4 +1,4 @@
-"""Any job's knobs: parsing, constraints, enumeration and moves (hpc_ds1.tuning.knobs)."""
+"""Any job's knobs: parsing, constraints, enumeration and moves (hpc_ds1.knobs)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hpc_ds1.tuning import knobs as knobs_module
-from hpc_ds1.tuning.knobs import (
+from hpc_ds1 import knobs as knobs_module
+from hpc_ds1.knobs import (
     ConstraintError,
     Knob,
     KnobError,

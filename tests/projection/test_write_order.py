@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import column
 
 from hpc_ds1.db import tables
-from services.projector.domain import Write
-from services.projector.store import by_table
+from hpc_ds1.projection.fold import Write
+from hpc_ds1.projection.store import by_table
 
 
 def _w(table: object, n: int, reads_others: bool = False) -> Write:

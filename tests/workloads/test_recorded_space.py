@@ -1,4 +1,4 @@
-"""Recorded landscapes as devices (hpc_ds1.tuning.recorded) on a cut of the benchmark hub's
+"""Recorded landscapes as devices (hpc_ds1.workloads.recorded_space) on a cut of the benchmark hub's
 convolution cache for the RTX A6000 (tests/tuning/data/README.md says where it came from)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from hpc_ds1.tuning.recorded import (
+from hpc_ds1.workloads.recorded_space import (
     NotRecorded,
     RecordedDevice,
     RecordedError,
     RecordedSpace,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
 CACHE = DATA / "convolution_milo_A6000_cut.json"
 T4 = DATA / "convolution_milo_A6000_cut_T4.json.gz"
 KERNEL = DATA / "convolution_milo_cut.json"

@@ -15,7 +15,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from hpc_ds1.db import tables
 
-from .domain import Folded, SetAside, Write, set_aside
+from .fold import Folded, SetAside, Write, set_aside
 
 PROJECTION = "main"
 
