@@ -38,6 +38,7 @@ from .oidc import install_oidc
 from .recommend_api import recommend_router
 from .schemas import READ_ERRORS, ErrorBody
 from .sessions import sessions_router
+from .siblings_api import siblings_router
 from .tasks_api import tasks_router
 
 log = get_logger("gateway")
@@ -173,6 +174,7 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app.include_router(audit_router(settings, engine))
     app.include_router(evaluation_router(settings, engine))
     app.include_router(machine_router(settings, engine))
+    app.include_router(siblings_router(engine))
     app.include_router(tasks_router(settings, bus, engine))
     install_agent_api(app, settings, bus, engine)
     app.include_router(fleet_router(settings, bus, engine))

@@ -4,11 +4,14 @@ trains a model on what it measured."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, select
 
+from hpc_ds1.db import tables
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup.budget import Budget, BudgetError
 from tests.commands import run_hpc
@@ -62,3 +65,64 @@ def test_a_budgeted_setup_measures_its_share_resumes_and_trains(settings: Settin
     assert "trained model" in again.stdout, again.stdout
     bad = setup("--budget", "soon")
     assert bad.returncode == 2 and "--budget 'soon': accepted" in bad.stderr
+
+
+def _write_recorded(settings: Settings, name: str, gpu: str) -> None:
+    folder = settings.home / "workloads"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.toml").write_text(
+        "[workload]\n"
+        f'name = "{name}"\n'
+        f'recorded = "{DATA / f"convolution_milo_{gpu}_cut.json"}"\n'
+        f'kernel = "{DATA / "convolution_milo_cut.json"}"\n'
+    )
+
+
+def _runs(engine: Engine, workload: str) -> list[tuple[dict[str, object], float | None]]:
+    t = tables.measurements
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(t.c.config, t.c.runtime_s).where(t.c.workload == workload).order_by(t.c.seq)
+        )
+        return [(dict(r.config), r.runtime_s) for r in rows]
+
+
+def test_a_warm_budgeted_setup_starts_from_the_siblings_best(
+    settings: Settings, engine: Engine
+) -> None:
+    # The A6000 is the fleet's sibling (measured whole); the A100 is the new device, set up
+    # warm with a budget of 6: its first run is the sibling's fastest configuration.
+    _write_recorded(settings, "conv-a6000", "A6000")
+    _write_recorded(settings, "conv-a100", "A100")
+    env = {"HPC_DS1_REPLAY_SEED": "3"}
+    sibling = run_hpc(settings, "setup", "--workload", "conv-a6000", "--no-train", env=env)
+    assert sibling.returncode == 0, sibling.stdout + sibling.stderr
+    measured = [(c, s) for c, s in _runs(engine, "conv-a6000") if s is not None]
+    fastest = min(measured, key=lambda run: run[1])[0]
+
+    warm = run_hpc(
+        settings,
+        "setup",
+        "--workload",
+        "conv-a100",
+        "--budget",
+        "6",
+        "--warm-from",
+        "conv-a6000",
+        "--no-train",
+        "--json",
+        env=env,
+    )
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    found = json.loads(warm.stdout)
+    assert found["siblings"] == {"conv-a100": 1} and found["measured"] == 6, found
+    assert "warm start of conv-a100: from the top of 1 siblings' consensus" in warm.stderr
+    runs = _runs(engine, "conv-a100")
+    assert len(runs) == 6 and runs[0][0] == fastest, (runs[0], fastest)
+
+
+def test_warm_needs_a_budget_and_names(settings: Settings) -> None:
+    no_budget = run_hpc(settings, "setup", "--workload", "gemm", "--warm")
+    assert no_budget.returncode == 2 and "give --budget too" in no_budget.stderr
+    empty = run_hpc(settings, "setup", "--workload", "gemm", "--budget", "4", "--warm-from", ",")
+    assert empty.returncode == 2 and "give workload names" in empty.stderr

@@ -165,3 +165,21 @@ def test_budgeted_setup_measures_each_once_within_the_budget(a6000) -> None:  # 
     # after an exhaustive setup, System 1 is the configuration of the fastest run
     fastest = min((s.seconds, s.config) for s in everything if s.seconds is not None)[1]
     assert search.system1(a6000.space, everything) == fastest
+
+
+def test_a_warm_budgeted_setup_starts_at_the_top_of_the_consensus(a6000, a100) -> None:  # type: ignore[no-untyped-def]
+    prior = _prior(a100)
+    ranked = sorted((s, c) for c, s in prior[0].items() if s is not None)
+    device = Counting(a6000, seed=2)
+    trace = search.budgeted_setup(a6000.space, device, 20, seed=2, rounds=3, prior=prior)
+    assert device.sent == len(trace.steps) == 20  # the prior costs this device nothing
+    assert max(Counter(trace.configs).values()) == 1
+    warm = [s for s in trace.steps if s.kind == "prior"]
+    assert len(warm) == search.Settings().prior_runs and trace.steps[0].kind == "prior"
+    assert trace.steps[0].config == ranked[0][1]  # the sibling's fastest first
+    assert {s.config for s in warm} <= {c for _, c in ranked[: search.Settings().pool]}
+    assert all(s.kind == "learn" for s in trace.steps[len(warm) :])
+    # no sibling measured anything: a cold start, as without a prior
+    cold = search.budgeted_setup(a6000.space, Counting(a6000, 2), 20, seed=2, rounds=3)
+    empty = search.budgeted_setup(a6000.space, Counting(a6000, 2), 20, seed=2, rounds=3, prior=[])
+    assert empty.configs == cold.configs and cold.steps[0].kind == "setup"

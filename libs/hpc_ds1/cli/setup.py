@@ -13,9 +13,10 @@ import orjson
 from ..settings import Settings
 from ..setup import PROFILES, Campaign, plan_jobs
 from ..setup.budget import Budget, BudgetError, run_budgeted
+from ..setup.warm import PriorOf, WarmError, from_projection, from_server
 from ..stack import open_stack
 from ..subjects import train_subject
-from . import CommandFailed, UsageError
+from . import CommandFailed, PreconditionError, UsageError
 from .common import (
     add_home_argument,
     add_json_argument,
@@ -55,6 +56,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="measure at most RUNS configurations in all (600), or for at most DURATION (30m, "
         "2h), chosen by what they are expected to teach (active learning), instead of every "
         "configuration",
+    )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="with --budget: start from what the fleet measured of the same workload on other "
+        "devices (this home's projection: every joined device's measurements), not from scratch",
+    )
+    parser.add_argument(
+        "--warm-from",
+        metavar="WORKLOAD[,WORKLOAD…]",
+        help="with --budget: also start from these workloads' measurements, on any device "
+        "(recorded GPUs of the same kernel, each a workload file); implies --warm",
+    )
+    parser.add_argument(
+        "--server",
+        help="with --warm: the fleet's coordinator to read the siblings' measurements from "
+        "(GET /v1/measurements); default: this home's own projection",
+    )
+    parser.add_argument(
+        "--token",
+        help="bearer token for --server, of role viewer or above (default: this home's own, "
+        "when the server is this home's)",
     )
     parser.add_argument(
         "--repeats",
@@ -109,18 +132,56 @@ def handle(args: argparse.Namespace) -> int:
             budget = Budget.parse(args.budget)
         except BudgetError as error:
             raise UsageError(str(error)) from None
-    return asyncio.run(
-        _setup(
-            settings,
-            profile,
-            workloads,
-            sizes,
-            not args.no_train,
-            as_json=args.json,
-            budget=budget,
-            repeats=args.repeats,
+    warm_from = _warm_from(args, budget)
+    server = _server(args, warm_from)
+    try:
+        return asyncio.run(
+            _setup(
+                settings,
+                profile,
+                workloads,
+                sizes,
+                not args.no_train,
+                as_json=args.json,
+                budget=budget,
+                repeats=args.repeats,
+                warm_from=warm_from,
+                server=server,
+            )
         )
-    )
+    except WarmError as error:  # what was measured before it is in the log already
+        raise PreconditionError(str(error)) from None
+
+
+def _server(args: argparse.Namespace, warm_from: list[str] | None) -> tuple[str, str | None] | None:
+    """(URL, bearer) of --server for a warm setup; None: this home's projection."""
+    if args.server is None:
+        if args.token is not None:
+            raise UsageError("--token goes with --server")
+        return None
+    if warm_from is None:
+        raise UsageError("--server is where a warm setup reads the fleet from: give --warm too")
+    from ..credentials import CredentialError, bearer_for
+
+    try:
+        return args.server, bearer_for(load_settings(quiet=True).home, args.server, args.token)
+    except CredentialError as error:
+        raise UsageError(str(error)) from None
+
+
+def _warm_from(args: argparse.Namespace, budget: Budget | None) -> list[str] | None:
+    """None: a cold start; else the workloads whose measurements are siblings too."""
+    if not args.warm and args.warm_from is None:
+        return None
+    if budget is None:
+        raise UsageError(
+            "--warm and --warm-from choose a budgeted setup's first runs: give --budget too "
+            "(a whole setup measures every configuration, so it has nothing to choose)"
+        )
+    names = [n.strip() for n in (args.warm_from or "").split(",") if n.strip()]
+    if args.warm_from is not None and not names:
+        raise UsageError(f"--warm-from {args.warm_from!r}: give workload names, comma-separated")
+    return names
 
 
 async def _setup(
@@ -132,9 +193,12 @@ async def _setup(
     as_json: bool = False,
     budget: Budget | None = None,
     repeats: int | None = None,
+    warm_from: list[str] | None = None,
+    server: tuple[str, str | None] | None = None,
 ) -> int:
     """`repeats`: `--repeats`, for every workload; None: each workload's own, else the
-    profile's (plan_jobs)."""
+    profile's (plan_jobs). `warm_from`: a warm budgeted setup (setup/warm.py), from `server`
+    ((URL, bearer) of the coordinator) or this home's projection; None: cold."""
     from ..hardware import fingerprint
     from ..space import ConfigSpace
 
@@ -174,8 +238,12 @@ async def _setup(
                     repeats,
                     p,
                     default_repeats=profile.repeats,
+                    prior_of=_prior_of(stack, device_id, warm_from, server),
                 ),
             )
+            for name, count in report.siblings.items():
+                start = f"the top of {count} siblings' consensus" if count else "scratch"
+                print(f"warm start of {name}: from {start}", flush=True, file=out)
         print(
             f"measured {report.measured} runs in {report.seconds:.0f} s "
             f"({report.skipped} already in the log; by status {report.by_status})",
@@ -190,6 +258,8 @@ async def _setup(
             by_status=report.by_status,
             seconds=report.seconds,
         )
+        if warm_from is not None:
+            found["siblings"] = report.siblings
         await stack.caught_up()  # every measurement in the home's database (an agent reads it)
         if not train:
             if as_json:
@@ -223,3 +293,13 @@ async def _setup(
 def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
     """The scalar training metrics, for the terminal; the full set is in the model event."""
     return {k: v for k, v in metrics.items() if isinstance(v, int | float | str)}
+
+
+def _prior_of(
+    stack: Any, device_id: str, warm_from: list[str] | None, server: tuple[str, str | None] | None
+) -> PriorOf | None:
+    if warm_from is None:
+        return None
+    if server is not None:
+        return from_server(server[0], server[1], device_id, warm_from)
+    return from_projection(stack.engine, device_id, warm_from)

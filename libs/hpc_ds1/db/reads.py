@@ -28,3 +28,26 @@ def load_measurements(engine: Engine, device_id: str) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         rows = conn.execute(select(t).where(t.c.device_id == device_id).order_by(t.c.seq))
         return [dict(r._mapping) for r in rows]
+
+
+def sibling_runs(
+    engine: Engine, workloads: list[str], size: int, device_id: str
+) -> dict[tuple[str, str], list[tuple[dict[str, Any], str, float | None]]]:
+    """What the fleet measured of `workloads` at `size` on devices other than `device_id`, and
+    of any other workload in `workloads` on this device too (a recorded GPU stands for a
+    device of its own): per (device, workload), every run's (config, status, seconds). The
+    warm start of `setup --budget --warm` reads it (setup/warm.py)."""
+    t = tables.measurements
+    own = workloads[0] if workloads else None
+    query = select(t.c.device_id, t.c.workload, t.c.config, t.c.status, t.c.runtime_s).where(
+        t.c.workload.in_(workloads), t.c.size == size
+    )
+    found: dict[tuple[str, str], list[tuple[dict[str, Any], str, float | None]]] = {}
+    with engine.connect() as conn:
+        for row in conn.execute(query.order_by(t.c.seq)):
+            if row.device_id == device_id and row.workload == own:
+                continue  # this device's own runs are the setup's, not a sibling's
+            found.setdefault((row.device_id, row.workload), []).append(
+                (dict(row.config), row.status, row.runtime_s)
+            )
+    return found

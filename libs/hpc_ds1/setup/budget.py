@@ -29,10 +29,11 @@ from hpc_ds1.knobs import KnobConfig
 from hpc_ds1.runner import Job, RunResult, run_many, run_repeats
 from hpc_ds1.runner.inflight import InFlight
 from hpc_ds1.space import ConfigSpace, knob_view
-from hpc_ds1.tuning.search import budgeted_setup
+from hpc_ds1.tuning.search import Prior, budgeted_setup
 
 from .campaign import Campaign, CampaignReport
 from .plan import PlannedJob
+from .warm import PriorOf
 
 UNITS_S = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h)\s*$")
@@ -147,10 +148,12 @@ async def run_budgeted(
     progress: Callable[[int, int, str], None],
     seed: int = 0,
     default_repeats: int = 2,
+    prior_of: PriorOf | None = None,
 ) -> CampaignReport:
     """Measure `cells` ((workload, size, space) each) under `budget` (see the module), each
     run with `repeats` timed runs; None: the workload's own (a workload file's `repeats`),
-    else `default_repeats` (the profile's)."""
+    else `default_repeats` (the profile's). `prior_of`: a warm start from what the fleet
+    measured (setup/warm.py); None: a cold start."""
     started = time.monotonic()
     await campaign.stack.caught_up()
     known = await asyncio.to_thread(_known, campaign)
@@ -169,12 +172,16 @@ async def run_budgeted(
             share = time.monotonic() + max(0.0, deadline - time.monotonic()) / left
         times = run_repeats(workload, repeats, default_repeats)
         device = _CellDevice(campaign, loop, workload, size, space, times, known, share, stop)
+        prior = None
+        if prior_of is not None:
+            prior = await asyncio.to_thread(prior_of, workload, size, device.view)
+            total.siblings[workload] = len(prior)
         label = f"{workload} {size}"
         progress(total.measured + total.skipped, budget.runs or 0, label)
         campaign.done, campaign.total = total.measured + total.skipped, budget.runs or 0
         try:
             await campaign.in_flight(
-                asyncio.to_thread(_search, device, min(runs, space_runs), seed + i),
+                asyncio.to_thread(_search, device, min(runs, space_runs), seed + i, prior),
                 device.inflight,
                 progress,
                 label,
@@ -191,8 +198,8 @@ async def run_budgeted(
     return total
 
 
-def _search(device: _CellDevice, runs: int, seed: int) -> None:
+def _search(device: _CellDevice, runs: int, seed: int, prior: Prior | None) -> None:
     try:
-        budgeted_setup(device.view.knobs, device, runs, seed=seed)
+        budgeted_setup(device.view.knobs, device, runs, seed=seed, prior=prior)
     except _OutOfTime:
         pass

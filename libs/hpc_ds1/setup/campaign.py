@@ -42,6 +42,8 @@ class CampaignReport:
     failed: int = 0
     seconds: float = 0.0
     by_status: dict[str, int] = field(default_factory=dict)
+    # a warm budgeted setup: per workload, how many siblings its prior held (setup/warm.py)
+    siblings: dict[str, int] = field(default_factory=dict)
 
 
 class Campaign:

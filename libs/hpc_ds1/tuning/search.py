@@ -497,20 +497,36 @@ def tune(
 
 
 def budgeted_setup(
-    space: KnobSpace, device: Device, budget: int, seed: int = 0, rounds: int = 10
+    space: KnobSpace,
+    device: Device,
+    budget: int,
+    seed: int = 0,
+    rounds: int = 10,
+    prior: Prior | None = None,
 ) -> Trace:
     """`setup --budget`: measure at most `budget` configurations, each once, chosen by what
     the surrogate expects to learn: a space-filling start of a tenth of the budget, then
     `rounds` batches, each the configurations of highest expected improvement under a refit.
     Batches, not one run a fit: a setup of hundreds of runs would otherwise spend more time
-    fitting than measuring."""
+    fitting than measuring. `prior` (`setup --budget --warm`): the fleet's measurements of the
+    same kernel, one mapping per sibling device; the start is then the top of their consensus
+    spread apart (`prior_start`: `Settings.prior_runs` runs, or a tenth of a larger budget),
+    and the surrogate reads the consensus as features."""
     settings = Settings()
-    tuning = _Tuning(space, device, budget, seed, settings, None)
+    columns = consensus(features_of(space), prior) if prior else None
+    if columns is not None and not columns.shape[1]:
+        columns = None
+    tuning = _Tuning(space, device, budget, seed, settings, columns)
     features = tuning.features
     budget = min(budget, len(features.configs))
     try:
-        for row in spread(features.positions, max(2, budget // 10), tuning.rng):
-            tuning.explore(row, "setup")
+        if columns is not None:  # as `tune`'s warm start, or a tenth of a larger budget
+            runs = max(settings.prior_runs, budget // 10)
+            for row in prior_start(columns, features.positions, runs, max(settings.pool, runs)):
+                tuning.explore(row, "prior")
+        else:
+            for row in spread(features.positions, max(2, budget // 10), tuning.rng):
+                tuning.explore(row, "setup")
         while len(tuning.steps) < budget and tuning.untried().any():
             batch = max(1, math.ceil((budget - len(tuning.steps)) / max(rounds, 1)))
             batch = max(batch, math.ceil(budget / (2 * max(rounds, 1))))
