@@ -1,7 +1,7 @@
 """What the gateway spends on a decision's reply: POST /v1/decide answered by a one-route
 FastAPI app that validates the decision service's answer into `Decision` and lets FastAPI
 serialize it (before), against one that sends the service's JSON as it is with orjson, the
-documented `response_model` unchanged (after, services/gateway/decide.py). In-process ASGI
+documented `response_model` unchanged (after, services/gateway/api/decide.py). In-process ASGI
 calls, no network; the two alternate in rounds and each round's time is this process's CPU
 time (time.process_time), so a busy shared machine inflates them less than wall time. Both
 bodies are checked to be the same JSON first.

@@ -22,8 +22,8 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from hpc_ds1.log import configure
-from hpc_ds1.services.gateway.edge import BodyLimit, RequestLog
-from hpc_ds1.services.gateway.metrics import RequestMetrics, request_histogram
+from hpc_ds1.services.gateway.edge.metrics import RequestMetrics, request_histogram
+from hpc_ds1.services.gateway.edge.middleware import BodyLimit, RequestLog
 
 BODY = b'{"workload":"gemm","size":64,"config":{"ranks":1,"threads":2,"tile":32}}'
 

@@ -332,7 +332,7 @@ def rows_against(engine: Engine, generated: Generated) -> dict[str, Any]:
 
 def read_timings(engine: Engine, calls: int = 50) -> dict[str, dict[str, float]]:
     """p50/p99 ms of the API's and the console's reads, straight against Postgres."""
-    from hpc_ds1.services.gateway.audit_api import query_audit
+    from hpc_ds1.services.gateway.api.audit import query_audit
 
     with engine.connect() as conn:
         last = int(conn.execute(select(func.max(tables.decisions.c.seq))).scalar() or 0)

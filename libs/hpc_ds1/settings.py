@@ -42,7 +42,7 @@ class Settings(BaseSettings):
         description="How long the gateway keeps an active token without asking Postgres again; "
         "its token.revoked event ends it at once. 0: every request looks its token up.",
     )
-    # The gateway's limits per client address (services/gateway/ratelimit.py); 0: no limit.
+    # The gateway's limits per client address (services/gateway/edge/ratelimit.py); 0: no limit.
     auth_failures_per_minute: int = Field(
         default=60,
         ge=0,
@@ -222,7 +222,7 @@ class Settings(BaseSettings):
     log_json: bool | None = Field(default=None, description="JSON logs; unset: when not a TTY.")
 
     # Issue 45, sign-in and sessions that end: the console's own sessions (services/gateway/
-    # console_sessions.py) and the site's OpenID provider (services/gateway/oidc.py,
+    # edge/signins.py) and the site's OpenID provider (services/gateway/edge/oidc.py,
     # docs/sign-in.md).
     console_idle_s: float = Field(
         default=1800.0,

@@ -71,7 +71,7 @@ def role_allows(have: str, need: str) -> bool:
 def lookup(engine: Engine, token: str) -> Principal | None:
     """The holder of a token that exists, is not revoked and has not expired; None otherwise.
     Blocking (DB). A join token's expiry is the join route's to tell (with its own message,
-    from the token's history: services/gateway/fleet_api.py)."""
+    from the token's history: services/gateway/api/fleet.py)."""
     if not TOKEN_PATTERN.match(token):
         return None
     t = tables.tokens

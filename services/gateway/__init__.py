@@ -21,7 +21,7 @@ from hpc_ds1.infra.tls import uvicorn_options as tls_options
 from hpc_ds1.log import get_logger
 from hpc_ds1.runtime import ServiceContext
 
-from .agent_api import close_agent_polls
+from .agents.routes import close_agent_polls
 from .app import Check, create_app
 
 __all__ = ["create_app", "run"]

@@ -23,23 +23,24 @@ from hpc_ds1.subjects import status_subject
 from hpc_ds1.tokens import Principal
 from hpc_ds1.version import __version__
 
-from .agent_api import body_limits, install_agent_api
-from .audit_api import audit_router
-from .auth import auth_router, install_auth, require
-from .console import install_console
-from .decide import decide_router
-from .devices_api import devices_router
-from .edge import BodyLimit, RequestLog, SecurityHeaders
-from .evaluation_api import evaluation_router
-from .fleet_api import fleet_router
-from .machine_api import machine_router
-from .metrics import install_metrics
-from .oidc import install_oidc
-from .recommend_api import recommend_router
+from .agents.bodies import body_limits
+from .agents.routes import install_agent_api
+from .api.audit import audit_router
+from .api.decide import decide_router
+from .api.devices import devices_router
+from .api.evaluation import evaluation_router
+from .api.fleet import fleet_router
+from .api.machine import machine_router
+from .api.recommend import recommend_router
+from .api.sessions import sessions_router
+from .api.siblings import siblings_router
+from .api.tasks import tasks_router
+from .console.page import install_console
+from .edge.auth import auth_router, install_auth, require
+from .edge.metrics import install_metrics
+from .edge.middleware import BodyLimit, RequestLog, SecurityHeaders
+from .edge.oidc import install_oidc
 from .schemas import READ_ERRORS, ErrorBody
-from .sessions import sessions_router
-from .siblings_api import siblings_router
-from .tasks_api import tasks_router
 
 log = get_logger("gateway")
 

@@ -44,7 +44,7 @@ async def test_a_token_with_an_expiry_its_last_use_and_a_revocation_with_a_reaso
         ).one()
     assert row.expires_at == expires
 
-    # What the gateway writes on use (services/gateway/console_sessions.py: record_use).
+    # What the gateway writes on use (services/gateway/edge/signins.py: record_use).
     used = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
     with engine.begin() as conn:
         conn.execute(

@@ -22,7 +22,7 @@ from hpc_ds1.bus import EventBus
 from hpc_ds1.console import SECTIONS
 from hpc_ds1.events import DeviceRegistered, TokenCreated, envelope
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.auth import SESSION_COOKIE
+from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
 from tests.services.gateway.conftest import ROLE_TOKENS, as_role, fold, role_token_events
 

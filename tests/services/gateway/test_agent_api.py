@@ -31,7 +31,7 @@ from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.models_store import models_bucket
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.agent_api import close_agent_polls
+from hpc_ds1.services.gateway.agents.routes import close_agent_polls
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import placement_subject
 from hpc_ds1.tokens import new_token, token_hash

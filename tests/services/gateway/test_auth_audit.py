@@ -34,13 +34,8 @@ from hpc_ds1.events import (
     envelope,
 )
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.audit_api import audit_router
-from hpc_ds1.services.gateway.auth import (
-    auth_router,
-    authenticated,
-    install_auth,
-    require,
-)
+from hpc_ds1.services.gateway.api.audit import audit_router
+from hpc_ds1.services.gateway.edge.auth import auth_router, authenticated, install_auth, require
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, token_hash

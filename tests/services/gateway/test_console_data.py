@@ -23,7 +23,7 @@ from hpc_ds1.events import (
     TaskSubmitted,
 )
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.tasks_api import size_bounds
+from hpc_ds1.services.gateway.api.tasks import size_bounds
 from hpc_ds1.settings import Settings
 from hpc_ds1.workloads import list_workloads
 

@@ -19,7 +19,7 @@ from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.events import TokenCreated, TokenRevoked
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.auth import SESSION_COOKIE
+from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token, parse_expiry, token_hash
 

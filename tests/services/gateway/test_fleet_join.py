@@ -42,8 +42,9 @@ from hpc_ds1.credentials import (
 from hpc_ds1.db import tables
 from hpc_ds1.events import TokenCreated, TokenRevoked, envelope
 from hpc_ds1.infra.ports import free_port
-from hpc_ds1.services.gateway import create_app, fleet_api
-from hpc_ds1.services.gateway.ratelimit import is_loopback
+from hpc_ds1.services.gateway import create_app
+from hpc_ds1.services.gateway.api import fleet as fleet_api
+from hpc_ds1.services.gateway.edge.ratelimit import is_loopback
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, lookup, new_token, token_hash
 from tests.commands import HPC_DS1, hpc

@@ -28,7 +28,7 @@ from hpc_ds1.credentials import (
 from hpc_ds1.events import TokenRevoked, envelope
 from hpc_ds1.runtime import run_service
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.auth import SESSION_COOKIE
+from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import TOKEN_PATTERN, Principal, lookup
 

@@ -31,7 +31,7 @@ from hpc_ds1.events import (
     envelope,
 )
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.metrics import (
+from hpc_ds1.services.gateway.edge.metrics import (
     RUN_BUCKETS,
     RequestMetrics,
     domain_families,

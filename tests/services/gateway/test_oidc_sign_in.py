@@ -20,8 +20,9 @@ from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from hpc_ds1.bus import EventBus
-from hpc_ds1.services.gateway import create_app, oidc
-from hpc_ds1.services.gateway.auth import SESSION_COOKIE
+from hpc_ds1.services.gateway import create_app
+from hpc_ds1.services.gateway.edge import oidc
+from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
 from tests.console.oidc import ACCOUNTS, CLIENT_ID, OidcProvider, node_modules, signing_key
 

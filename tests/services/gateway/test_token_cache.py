@@ -17,8 +17,8 @@ from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.events import TokenCreated, TokenRevoked, envelope
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.auth import install_auth
-from hpc_ds1.services.gateway.token_cache import TokenCache
+from hpc_ds1.services.gateway.edge.auth import install_auth
+from hpc_ds1.services.gateway.edge.token_cache import TokenCache
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token, token_hash
 

@@ -7,7 +7,7 @@ same page).
   a small sign-in page, which holds no data (with the site's OpenID provider configured, a
   "Sign in with ..." link to /auth/oidc/login: oidc.py). `POST /` (the sign-in form): a
   one-time login token or a person's own API token, traded for a console session of its own
-  (console_sessions.py); the browser never keeps the token.
+  (edge/signins.py); the browser never keeps the token.
 - `POST /signout`: ends the browser's session on the server (every replica) and forgets its
   cookie; a signed-out session is refused from then on.
 - `GET /static/...`: the stylesheet, the shared client, the sections' modules, vendored files.
@@ -54,8 +54,8 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import PERSON_ROLES, Principal, lookup
 from hpc_ds1.version import __version__
 
-from .audit_api import query_stats
-from .auth import (
+from ..api.audit import query_stats
+from ..edge.auth import (
     SESSION_COOKIE,
     _credential,
     forget_session_cookie,
@@ -67,8 +67,8 @@ from .auth import (
     sessions_of,
     verify,
 )
-from .edge import CONSOLE_CSP
-from .schemas import ERRORS_401_403
+from ..edge.middleware import CONSOLE_CSP
+from ..schemas import ERRORS_401_403
 
 log = get_logger("gateway.console")
 

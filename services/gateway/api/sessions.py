@@ -27,9 +27,8 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import start_session_subject
 from hpc_ds1.tokens import Principal
 
-from .auth import require
-from .decide import IDEMPOTENCY_KEY_DOC, idempotency_id, service_error, service_status
-from .schemas import (
+from ..edge.auth import require
+from ..schemas import (
     E404,
     E409,
     E503,
@@ -39,6 +38,7 @@ from .schemas import (
     Sessions,
     SessionStartedOut,
 )
+from .decide import IDEMPOTENCY_KEY_DOC, idempotency_id, service_error, service_status
 
 # Starting a session is a few database reads and one append: it answers in well under this.
 START_TIMEOUT_S = 10.0

@@ -28,8 +28,8 @@ from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
-from .auth import require
-from .schemas import E404, E409, READ_ERRORS, WRITE_ERRORS
+from ..edge.auth import require
+from ..schemas import E404, E409, READ_ERRORS, WRITE_ERRORS
 
 log = get_logger("gateway.devices")
 

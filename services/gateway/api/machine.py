@@ -24,8 +24,8 @@ from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
-from .auth import require
-from .schemas import E404, READ_ERRORS
+from ..edge.auth import require
+from ..schemas import E404, READ_ERRORS
 
 MODEL_NAME = "hpc-ds1-latest"
 NO_DEVICE = "no device has joined yet: run `hpc-ds1 setup --quick` (or start an agent)"

@@ -19,8 +19,8 @@ from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
-from .auth import require
-from .schemas import E404, READ_ERRORS
+from ..edge.auth import require
+from ..schemas import E404, READ_ERRORS
 
 NO_EVALUATION = "no evaluation yet: run `hpc-ds1 evaluate` (or `hpc-ds1 evaluate --quick`)"
 NO_YARDSTICK = (

@@ -32,9 +32,8 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 from hpc_ds1.workloads import UnknownWorkload, get_workload, list_workloads
 
-from .auth import require
-from .decide import IDEMPOTENCY_KEY_DOC, idempotency_id
-from .schemas import (
+from ..edge.auth import require
+from ..schemas import (
     E404,
     READ_ERRORS,
     WRITE_ERRORS,
@@ -45,6 +44,7 @@ from .schemas import (
     WorkloadOut,
     Workloads,
 )
+from .decide import IDEMPOTENCY_KEY_DOC, idempotency_id
 
 MAX_TASK_MEMORY_BYTES: Final = 256 << 30  # the largest job data a task may need (all ranks)
 SUBMIT_VISIBLE_S: Final = 5.0  # how long a submission waits for its row (so a GET finds it)

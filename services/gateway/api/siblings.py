@@ -17,8 +17,8 @@ from hpc_ds1.db.reads import sibling_runs
 from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.tokens import Principal
 
-from .auth import require
-from .schemas import READ_ERRORS
+from ..edge.auth import require
+from ..schemas import READ_ERRORS
 
 Reader = Annotated[Principal, Depends(require("viewer"))]
 WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # as a workload file's name

@@ -23,8 +23,8 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import decide_subject
 from hpc_ds1.tokens import Principal, role_allows
 
-from .auth import authenticated
-from .schemas import E404, E409, E503, WRITE_ERRORS, Decision
+from ..edge.auth import authenticated
+from ..schemas import E404, E409, E503, WRITE_ERRORS, Decision
 
 # With telemetry the answer is one forward pass; without it the job runs first, for real.
 FORWARD_PASS_TIMEOUT_S = 30.0  # the first decision of a service loads the model

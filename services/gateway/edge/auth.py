@@ -7,7 +7,7 @@ A credential is `Authorization: Bearer <token>` or the console's session cookie:
 - a token is looked up by its SHA-256 in the tokens table: unknown, revoked or expired is 401,
   too low a role is 403 (the gateway remembers an active token for a moment and forgets it the
   moment its token.revoked event arrives, or at its expiry: token_cache.py);
-- the cookie holds a session id of its own, never a token (console_sessions.py): it ends when
+- the cookie holds a session id of its own, never a token (signins.py): it ends when
   idle, at its longest life, at sign-out, or with the token it was opened with.
 
 Roles for people: viewer < engineer < admin; `agent` is separate and satisfies only a need for
@@ -52,9 +52,9 @@ from hpc_ds1.log import get_logger
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import ROLES, Principal, lookup, role_allows
 
-from .console_sessions import WHY_TEXT, Session, SessionStore, UseLog, Via
+from ..schemas import ERRORS_401_403, ErrorBody
 from .ratelimit import QuietLog, RateLimiter, client_address, retry_after, this_machine
-from .schemas import ERRORS_401_403, ErrorBody
+from .signins import WHY_TEXT, Session, SessionStore, UseLog, Via
 from .token_cache import TokenCache
 
 log = get_logger("gateway.auth")

@@ -15,8 +15,8 @@ from hpc_ds1.requests import MAX_SEQ, SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
-from .auth import require
-from .schemas import ERRORS_401_403, READ_ERRORS, AuditPage, Stats
+from ..edge.auth import require
+from ..schemas import ERRORS_401_403, READ_ERRORS, AuditPage, Stats
 
 MAX_LIMIT = 1000
 

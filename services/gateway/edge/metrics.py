@@ -54,9 +54,9 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 from hpc_ds1.version import __version__
 
+from ..schemas import ERRORS_401_403
 from .auth import require
-from .edge import ASGIApp, Message, Receive, Scope, Send
-from .schemas import ERRORS_401_403
+from .middleware import ASGIApp, Message, Receive, Scope, Send
 
 log = get_logger("gateway.metrics")
 

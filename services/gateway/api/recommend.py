@@ -21,8 +21,8 @@ from hpc_ds1.requests import MAX_SIZE, SafeId, Size, WorkloadName
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
-from .auth import require
-from .schemas import E404, E409, E503, WRITE_ERRORS
+from ..edge.auth import require
+from ..schemas import E404, E409, E503, WRITE_ERRORS
 
 NO_DEVICE = "no device has joined yet: run `hpc-ds1 setup --quick` (or start an agent)"
 MODELS_KEPT = 8  # loaded models kept, by version (one per device in a small fleet)

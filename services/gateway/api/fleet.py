@@ -49,9 +49,9 @@ from hpc_ds1.requests import SAFE_ID_RULE, SafeId
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, new_token_id, token_hash
 
-from .auth import limit_joins, require
-from .ratelimit import is_loopback
-from .schemas import E409, E503, ERRORS_401_403, WRITE_ERRORS
+from ..edge.auth import limit_joins, require
+from ..edge.ratelimit import is_loopback
+from ..schemas import E409, E503, ERRORS_401_403, WRITE_ERRORS
 
 log = get_logger("gateway.fleet")
 
