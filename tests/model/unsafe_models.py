@@ -1,7 +1,7 @@
 """Model files an attacker holding a device credential could upload (issue 41) and ways to see
 what checking them costs: the builders and the file watch live in benchmarks/unsafe_models.py
 (benchmarks/probe_devices.py sends them to a running serve); here, this process's peak memory.
-Shared by tests/model/test_vetting.py and tests/services/gateway/test_agent_api.py."""
+Shared by tests/model/test_vetting.py and tests/services/gateway/agents/test_routes.py."""
 
 from __future__ import annotations
 

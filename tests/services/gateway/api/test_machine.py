@@ -15,8 +15,8 @@ from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, ModelPublished
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 
-from .conftest import as_role, fold
-from .fleet_fixtures import FINGERPRINT
+from ..conftest import as_role, fold
+from ..fleet_fixtures import FINGERPRINT
 
 METRICS: dict[str, Any] = {
     "counts": {"measurements": 5, "states": 4, "workloads": {"gemm": 2}},

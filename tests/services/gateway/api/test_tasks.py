@@ -27,7 +27,7 @@ from hpc_ds1.runtime import run_service
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 
-from .conftest import as_role, asgi_client, role_token_events
+from ..conftest import as_role, asgi_client, role_token_events
 
 CONFIG = {"ranks": 2, "threads": 1, "tile": 64, "gpu": False}
 

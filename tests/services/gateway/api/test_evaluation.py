@@ -20,7 +20,7 @@ from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 
-from .conftest import as_role
+from ..conftest import as_role
 
 
 def tiny_png() -> bytes:

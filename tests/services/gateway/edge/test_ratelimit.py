@@ -23,8 +23,8 @@ from hpc_ds1.services.gateway.schemas import ErrorBody
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token
 
-from .conftest import as_role
-from .fleet_fixtures import FINGERPRINT, Fleet, bearer, fleet, projector
+from ..conftest import as_role
+from ..fleet_fixtures import FINGERPRINT, Fleet, bearer, fleet, projector
 
 __all__ = ["fleet", "projector"]
 

@@ -23,7 +23,7 @@ from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token, parse_expiry, token_hash
 
-from .conftest import ROLE_TOKENS, as_role, fold, role_token_events
+from ..conftest import ROLE_TOKENS, as_role, fold, role_token_events
 
 ORIGIN = {"Origin": "http://gw"}
 

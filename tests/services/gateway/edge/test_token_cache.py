@@ -22,7 +22,7 @@ from hpc_ds1.services.gateway.edge.token_cache import TokenCache
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token, token_hash
 
-from .conftest import as_role, asgi_client, fold
+from ..conftest import as_role, asgi_client, fold
 
 # The longest the tests wait for the event to reach the gateway (it takes milliseconds).
 EVENT_WAIT_S = 10.0

@@ -32,8 +32,8 @@ from hpc_ds1.services.gateway import _listen, create_app
 from hpc_ds1.settings import Settings
 from tests.commands import hpc
 
-from .conftest import ROLE_TOKENS
-from .fleet_fixtures import (
+from ..conftest import ROLE_TOKENS
+from ..fleet_fixtures import (
     FINGERPRINT,
     Fleet,
     as_role,

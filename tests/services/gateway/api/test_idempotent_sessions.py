@@ -19,9 +19,9 @@ from hpc_ds1.services.coordinator import Coordinator
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import start_session_subject
+from tests.services.coordinator.device import DEVICE, FINGERPRINT, START
 
-from ..coordinator.device import DEVICE, FINGERPRINT, START
-from .conftest import as_role, asgi_client, fold, role_token_events
+from ..conftest import as_role, asgi_client, fold, role_token_events
 
 JOB = {"workload": "gemm", "size": 256, "start": START}
 

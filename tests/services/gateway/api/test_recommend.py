@@ -18,8 +18,8 @@ from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from tests.measured import TINY
 
-from .conftest import as_role, fold
-from .fleet_fixtures import FINGERPRINT
+from ..conftest import as_role, fold
+from ..fleet_fixtures import FINGERPRINT
 
 
 @pytest.fixture

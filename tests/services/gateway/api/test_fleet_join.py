@@ -50,8 +50,8 @@ from hpc_ds1.tokens import Principal, lookup, new_token, token_hash
 from tests.commands import HPC_DS1, hpc
 from tests.serving import cli_headers, start_serve, stop, wait_ready
 
-from .conftest import ROLE_TOKENS
-from .fleet_fixtures import (
+from ..conftest import ROLE_TOKENS
+from ..fleet_fixtures import (
     FINGERPRINT,
     Fleet,
     as_role,

@@ -21,7 +21,7 @@ from hpc_ds1.services import gateway
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token
 
-from .conftest import as_role, fold, role_token_events
+from ..conftest import as_role, fold, role_token_events
 
 RELAYED = {"X-Forwarded-For": "8.8.8.8"}
 

@@ -15,7 +15,7 @@ from hpc_ds1.events import MeasurementRecorded
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 
-from .conftest import as_role, fold
+from ..conftest import as_role, fold
 
 
 def run(i: int, device: str, workload: str, tile: int, runtime_s: float | None) -> Any:

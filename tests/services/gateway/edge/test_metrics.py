@@ -41,7 +41,7 @@ from hpc_ds1.services.gateway.edge.metrics import (
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import decide_subject
 
-from .conftest import as_role, asgi_client, fold
+from ..conftest import as_role, asgi_client, fold
 
 GEMM = {"workload": "gemm", "size": 288, "config": {"ranks": 1, "threads": 1}}
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

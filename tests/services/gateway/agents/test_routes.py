@@ -43,8 +43,8 @@ from tests.model.unsafe_models import (
     peak_rss_growth,
 )
 
-from .conftest import as_role, asgi_client, fold, role_token_events
-from .fleet_fixtures import Fleet, bearer, fleet, placement_service, projector
+from ..conftest import as_role, asgi_client, fold, role_token_events
+from ..fleet_fixtures import Fleet, bearer, fleet, placement_service, projector
 
 __all__ = ["fleet", "placement_service", "projector"]
 
