@@ -25,18 +25,11 @@ from hpc_ds1.version import __version__
 
 from .agents.bodies import body_limits
 from .agents.routes import install_agent_api
-from .api.audit import audit_router
-from .api.decide import decide_router
-from .api.devices import devices_router
-from .api.evaluation import evaluation_router
-from .api.fleet import fleet_router
-from .api.machine import machine_router
-from .api.recommend import recommend_router
-from .api.sessions import sessions_router
-from .api.siblings import siblings_router
-from .api.tasks import tasks_router
+from .api import audit, decide, devices, evaluation, fleet, machine, recommend, sessions, siblings
+from .api import tasks as tasks_api
 from .console.page import install_console
-from .edge.auth import auth_router, install_auth, require
+from .edge import auth
+from .edge.auth import install_auth, require
 from .edge.metrics import install_metrics
 from .edge.middleware import BodyLimit, RequestLog, SecurityHeaders
 from .edge.oidc import install_oidc
@@ -168,18 +161,14 @@ def create_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
         )
 
     install_auth(app, settings, engine, bus)
-    app.include_router(auth_router(settings, engine))
-    app.include_router(decide_router(settings, bus))
-    app.include_router(recommend_router(settings, bus, engine))
-    app.include_router(sessions_router(settings, bus, engine))
-    app.include_router(audit_router(settings, engine))
-    app.include_router(evaluation_router(settings, engine))
-    app.include_router(machine_router(settings, engine))
-    app.include_router(siblings_router(engine))
-    app.include_router(tasks_router(settings, bus, engine))
+    # what the module-level routers' handlers take as dependencies (deps.py)
+    app.state.settings, app.state.bus, app.state.engine = settings, bus, engine
+    for module in (auth, decide, recommend, sessions, audit, evaluation, machine, siblings):
+        app.include_router(module.router)
+    app.include_router(tasks_api.router)
     install_agent_api(app, settings, bus, engine)
-    app.include_router(fleet_router(settings, bus, engine))
-    app.include_router(devices_router(settings, bus, engine))
+    app.include_router(fleet.router)
+    app.include_router(devices.router)
     install_console(app, settings, bus, engine, redact=_redact)
     install_oidc(app, settings, engine)  # the site's sign-in, when HPC_DS1_OIDC_ISSUER is set
 

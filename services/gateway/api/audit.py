@@ -12,9 +12,9 @@ from sqlalchemy import Engine, func, select
 
 from hpc_ds1.db import tables
 from hpc_ds1.requests import MAX_SEQ, SAFE_ID_PATTERN
-from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
+from ..deps import EngineDep
 from ..edge.auth import require
 from ..schemas import ERRORS_401_403, READ_ERRORS, AuditPage, Stats
 
@@ -184,75 +184,71 @@ def query_stats(engine: Engine) -> dict[str, Any]:
     }
 
 
-def audit_router(settings: Settings, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["audit"])
+router = APIRouter(tags=["audit"])
 
-    @router.get("/v1/audit", responses=READ_ERRORS)
-    async def audit(
-        _: Reader,
-        after: int | None = Query(
-            None, ge=0, le=MAX_SEQ, description="Oldest first, seq above this."
-        ),
-        before: int | None = Query(
-            None, ge=1, le=MAX_SEQ, description="Newest first, seq below this."
-        ),
-        limit: int = Query(100, ge=1, le=MAX_LIMIT),
-        source: str | None = Query(
-            None, pattern=r"^[a-z_]{1,32}$", description="api, cli, python, session or task"
-        ),
-        mode: Literal["auto", "confirm", "escalate"] | None = Query(
-            None, description="auto, confirm or escalate"
-        ),
-        workload: str | None = Query(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$"),
-        device_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
-        session_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
-    ) -> AuditPage:
-        """Every decision the service made, with who approved it ('auto' when it ran by
-        itself). Newest first, next page with `before` = `next_before`; or oldest first
-        from `after`, next page with `after` = `next_after`."""
-        filters = {
-            "source": source,
-            "mode": mode,
-            "workload": workload,
-            "device_id": device_id,
-            "session_id": session_id,
+
+@router.get("/v1/audit", responses=READ_ERRORS)
+async def audit(
+    engine: EngineDep,
+    _: Reader,
+    after: int | None = Query(None, ge=0, le=MAX_SEQ, description="Oldest first, seq above this."),
+    before: int | None = Query(None, ge=1, le=MAX_SEQ, description="Newest first, seq below this."),
+    limit: int = Query(100, ge=1, le=MAX_LIMIT),
+    source: str | None = Query(
+        None, pattern=r"^[a-z_]{1,32}$", description="api, cli, python, session or task"
+    ),
+    mode: Literal["auto", "confirm", "escalate"] | None = Query(
+        None, description="auto, confirm or escalate"
+    ),
+    workload: str | None = Query(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$"),
+    device_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
+    session_id: str | None = Query(None, pattern=SAFE_ID_PATTERN),
+) -> AuditPage:
+    """Every decision the service made, with who approved it ('auto' when it ran by
+    itself). Newest first, next page with `before` = `next_before`; or oldest first
+    from `after`, next page with `after` = `next_after`."""
+    filters = {
+        "source": source,
+        "mode": mode,
+        "workload": workload,
+        "device_id": device_id,
+        "session_id": session_id,
+    }
+    rows = await asyncio.to_thread(
+        query_audit, engine, after=after, before=before, limit=limit, filters=filters
+    )
+    full = len(rows) == limit
+    last = rows[-1]["seq"] if rows else None
+    return AuditPage.model_validate(
+        {
+            "decisions": rows,
+            "next_after": last if full and after is not None else None,
+            "next_before": last if full and after is None else None,
         }
-        rows = await asyncio.to_thread(
-            query_audit, engine, after=after, before=before, limit=limit, filters=filters
-        )
-        full = len(rows) == limit
-        last = rows[-1]["seq"] if rows else None
-        return AuditPage.model_validate(
-            {
-                "decisions": rows,
-                "next_after": last if full and after is not None else None,
-                "next_before": last if full and after is None else None,
-            }
-        )
+    )
 
-    @router.get("/v1/audit/admin", responses=READ_ERRORS)
-    async def admin_actions(
-        _: Reader,
-        before: int | None = Query(
-            None, ge=1, le=MAX_SEQ, description="Newest first, seq below this."
-        ),
-        limit: int = Query(100, ge=1, le=MAX_LIMIT),
-    ) -> AdminActionsPage:
-        """Admin actions, newest first, each with its actor: tokens created (a device's join
-        included) or revoked, join tokens rotated, devices drained or resumed, devices that
-        left (revoked). Next page with `before` = `next_before`."""
-        rows = await asyncio.to_thread(query_admin_actions, engine, before, limit)
-        full = len(rows) == limit
-        return AdminActionsPage(
-            actions=[AdminAction.model_validate(r) for r in rows],
-            next_before=rows[-1]["seq"] if full and rows else None,
-        )
 
-    @router.get("/v1/stats", responses=ERRORS_401_403)
-    async def stats(_: Reader) -> Stats:
-        """Devices online, sessions running (or paused), tasks queued or running (null until
-        tasks exist), moves waiting for an engineer, and the share of logged decisions that ran
-        automatically (null when none)."""
-        return Stats.model_validate(await asyncio.to_thread(query_stats, engine))
+@router.get("/v1/audit/admin", responses=READ_ERRORS)
+async def admin_actions(
+    engine: EngineDep,
+    _: Reader,
+    before: int | None = Query(None, ge=1, le=MAX_SEQ, description="Newest first, seq below this."),
+    limit: int = Query(100, ge=1, le=MAX_LIMIT),
+) -> AdminActionsPage:
+    """Admin actions, newest first, each with its actor: tokens created (a device's join
+    included) or revoked, join tokens rotated, devices drained or resumed, devices that
+    left (revoked). Next page with `before` = `next_before`."""
+    rows = await asyncio.to_thread(query_admin_actions, engine, before, limit)
+    full = len(rows) == limit
+    return AdminActionsPage(
+        actions=[AdminAction.model_validate(r) for r in rows],
+        next_before=rows[-1]["seq"] if full and rows else None,
+    )
 
-    return router
+
+@router.get("/v1/stats", responses=ERRORS_401_403)
+async def stats(engine: EngineDep, _: Reader) -> Stats:
+    """Devices online, sessions running (or paused), tasks queued or running (null until
+    tasks exist), moves waiting for an engineer, and the share of logged decisions that ran
+    automatically (null when none)."""
+    return Stats.model_validate(await asyncio.to_thread(query_stats, engine))

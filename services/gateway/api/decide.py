@@ -23,6 +23,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import decide_subject
 from hpc_ds1.tokens import Principal, role_allows
 
+from ..deps import BusDep, SettingsDep
 from ..edge.auth import authenticated
 from ..schemas import E404, E409, E503, WRITE_ERRORS, Decision
 
@@ -100,46 +101,46 @@ async def request_decision(
     return decision
 
 
-def decide_router(settings: Settings, bus: EventBus) -> APIRouter:
-    router = APIRouter(tags=["decisions"])
+router = APIRouter(tags=["decisions"])
 
-    @router.post(
-        "/v1/decide",
-        response_model=Decision,
-        responses={**WRITE_ERRORS, **E404, **E409, **E503},
-    )
-    async def decide(
-        body: DecideBody,
-        who: Annotated[Principal, Depends(authenticated)],
-        response: Response,
-        idempotency_key: Annotated[
-            str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
-        ] = None,
-    ) -> Response:
-        """The model's next move for a job: choice, confidence, mode (auto / confirm /
-        escalate) and the reasons it is not auto. With `telemetry` the answer is one forward
-        pass and nothing runs (viewer role); without it the job is first run for real on the
-        device (engineer role). With `Idempotency-Key` a retry gets the first decision back."""
-        need = "viewer" if body.telemetry is not None else "engineer"
-        if not role_allows(who.role, need):
-            why = "" if need == "viewer" else " (without telemetry the job runs for real)"
-            raise HTTPException(
-                403, f"{who.name} holds a {who.role} token; this needs a {need} or higher{why}"
-            )
-        key_id = idempotency_id(idempotency_key, who, "POST /v1/decide")
-        request = DecideRequest(
-            workload=body.workload,
-            size=body.size,
-            config=body.config,
-            telemetry=body.telemetry,
-            source="api",
+
+@router.post(
+    "/v1/decide",
+    response_model=Decision,
+    responses={**WRITE_ERRORS, **E404, **E409, **E503},
+)
+async def decide(
+    settings: SettingsDep,
+    bus: BusDep,
+    body: DecideBody,
+    who: Annotated[Principal, Depends(authenticated)],
+    response: Response,
+    idempotency_key: Annotated[
+        str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
+    ] = None,
+) -> Response:
+    """The model's next move for a job: choice, confidence, mode (auto / confirm /
+    escalate) and the reasons it is not auto. With `telemetry` the answer is one forward
+    pass and nothing runs (viewer role); without it the job is first run for real on the
+    device (engineer role). With `Idempotency-Key` a retry gets the first decision back."""
+    need = "viewer" if body.telemetry is not None else "engineer"
+    if not role_allows(who.role, need):
+        why = "" if need == "viewer" else " (without telemetry the job runs for real)"
+        raise HTTPException(
+            403, f"{who.name} holds a {who.role} token; this needs a {need} or higher{why}"
         )
-        answer = await request_decision(bus, settings, request, who.name, key_id, response)
-        # The decision service wrote this from its own typed event: it is sent as it is, not
-        # validated into `Decision` and serialized again (docs/performance.md). FastAPI does not
-        # merge the injected `response`'s headers into a returned Response, so they are copied.
-        reply = Response(orjson.dumps(answer), media_type="application/json")
-        reply.raw_headers.extend(response.raw_headers)
-        return reply
-
-    return router
+    key_id = idempotency_id(idempotency_key, who, "POST /v1/decide")
+    request = DecideRequest(
+        workload=body.workload,
+        size=body.size,
+        config=body.config,
+        telemetry=body.telemetry,
+        source="api",
+    )
+    answer = await request_decision(bus, settings, request, who.name, key_id, response)
+    # The decision service wrote this from its own typed event: it is sent as it is, not
+    # validated into `Decision` and serialized again (docs/performance.md). FastAPI does not
+    # merge the injected `response`'s headers into a returned Response, so they are copied.
+    reply = Response(orjson.dumps(answer), media_type="application/json")
+    reply.raw_headers.extend(response.raw_headers)
+    return reply

@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, and_, distinct, func, select, true
@@ -28,6 +28,7 @@ from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
+from ..deps import BusDep, EngineDep
 from ..edge.auth import require
 from ..schemas import E404, E409, READ_ERRORS, WRITE_ERRORS
 
@@ -291,109 +292,128 @@ async def _until(check: Any, wait_s: float) -> bool:
         await asyncio.sleep(0.05)
 
 
-def devices_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["devices"])
-    bucket: list[KeyValue] = []
-    # the devices the last listing showed, read by key as well: a key put while the bucket is
-    # listed can be missing from the listing and would show a live device as offline
-    known: set[str] = set()
+class DeviceViews:
+    """The devices as GET /v1/devices shows them: the projection's rows joined with the
+    liveness bucket's heartbeats. One per app (`device_views`): it keeps the bucket and the
+    devices the last listing showed."""
 
-    async def kv() -> KeyValue:
-        if not bucket:
-            bucket.append(await liveness_bucket(bus.js, settings))
-        return bucket[0]
+    def __init__(self, settings: Settings, bus: EventBus, engine: Engine) -> None:
+        self.settings, self.bus, self.engine = settings, bus, engine
+        self.bucket: KeyValue | None = None
+        # the devices the last listing showed, read by key as well: a key put while the bucket
+        # is listed can be missing from the listing and would show a live device as offline
+        self.known: set[str] = set()
 
-    async def beats(device_id: str | None) -> dict[str, Heartbeat]:
+    async def kv(self) -> KeyValue:
+        if self.bucket is None:
+            self.bucket = await liveness_bucket(self.bus.js, self.settings)
+        return self.bucket
+
+    async def beats(self, device_id: str | None) -> dict[str, Heartbeat]:
         """The heartbeats (all, or one device's); none when the bucket cannot be read."""
         try:
             if device_id is None:
-                return await all_beats(await kv(), also=tuple(known))
-            one = await last_beat(await kv(), device_id)
+                return await all_beats(await self.kv(), also=tuple(self.known))
+            one = await last_beat(await self.kv(), device_id)
             return {device_id: one} if one is not None else {}
         except Exception as error:
             log.warning("liveness_unreadable", error=f"{type(error).__name__}: {error}")
             return {}
 
-    async def views(device_id: str | None) -> list[Device]:
-        heard = await beats(device_id)
+    async def views(self, device_id: str | None) -> list[Device]:
+        heard = await self.beats(device_id)
         running = {b.running for b in heard.values() if b.running}
-        found = await asyncio.to_thread(_load, engine, device_id, running)
+        found = await asyncio.to_thread(_load, self.engine, device_id, running)
         now = time.time()
         if device_id is None:
-            known.clear()
-            known.update(row["device_id"] for row in found["devices"])
+            self.known.clear()
+            self.known.update(row["device_id"] for row in found["devices"])
         return [
-            _view(row, found, heard.get(row["device_id"]), settings, now)
+            _view(row, found, heard.get(row["device_id"]), self.settings, now)
             for row in found["devices"]
         ]
 
-    async def one(device_id: str) -> Device:
-        found = await views(device_id)
+    async def one(self, device_id: str) -> Device:
+        found = await self.views(device_id)
         if not found:
             raise HTTPException(404, f"no device {device_id!r}; GET /v1/devices lists them")
         return found[0]
 
-    @router.get("/v1/devices", responses=READ_ERRORS)
-    async def list_devices(_: Viewer) -> Devices:
-        """Every registered device, the coordinator's own included: status, hardware, measured
-        kernels, its model, what it works on."""
-        return Devices(devices=await views(None))
 
-    @router.get("/v1/devices/{device_id}", responses={**READ_ERRORS, **E404})
-    async def get_device(device_id: DeviceId, _: Viewer) -> Device:
-        """One device (see GET /v1/devices)."""
-        return await one(device_id)
+def device_views(request: Request) -> DeviceViews:
+    state = request.app.state
+    if getattr(state, "device_views", None) is None:
+        state.device_views = DeviceViews(state.settings, state.bus, state.engine)
+    views: DeviceViews = state.device_views
+    return views
 
-    @router.post("/v1/devices/{device_id}/drain", responses={**WRITE_ERRORS, **E404, **E409})
-    async def drain(device_id: DeviceId, body: DrainBody, who: Admin) -> Device:
-        """Stop (draining true) or resume (false) sending new tasks to the device; what it runs
-        finishes. Answers the device once the projection shows it."""
-        row = await asyncio.to_thread(_device_row, engine, device_id)
-        if row is None:
-            raise HTTPException(404, f"no device {device_id!r}; GET /v1/devices lists them")
-        if row["status"] == "left":
-            raise HTTPException(409, f"device {device_id!r} has left the fleet")
-        if bool(row["draining"]) != body.draining:
-            event = DeviceDraining(device_id=device_id, draining=body.draining, by=who.name)
-            await bus.publish(envelope(event, actor=who.name, source="gateway", prefix=bus.prefix))
 
-            def shown() -> bool:
-                now = _device_row(engine, device_id)
-                return now is not None and bool(now["draining"]) == body.draining
+Views = Annotated[DeviceViews, Depends(device_views)]
 
-            await _until(shown, PROJECTED_WAIT_S)
-        log.info("device_draining", device_id=device_id, draining=body.draining, by=who.name)
-        return await one(device_id)
 
-    @router.post("/v1/devices/{device_id}/revoke", responses={**WRITE_ERRORS, **E404, **E409})
-    async def revoke(device_id: DeviceId, who: Admin) -> Revoked:
-        """Revoke every credential of the device (its next call gets 401) and mark it left;
-        the coordinator places its tasks elsewhere. The coordinator's own device cannot be
-        revoked (drain it instead)."""
-        row = await asyncio.to_thread(_device_row, engine, device_id)
-        if row is None:
-            raise HTTPException(404, f"no device {device_id!r}; GET /v1/devices lists them")
-        if row["local"]:
-            raise HTTPException(
-                409, f"{device_id!r} is the coordinator's own device: drain it instead"
-            )
-        token_ids = await asyncio.to_thread(_agent_tokens, engine, device_id)
-        for token_id in token_ids:
-            revoked = TokenRevoked(token_id=token_id, reason=f"device {device_id} revoked")
-            await bus.publish(
-                envelope(revoked, actor=who.name, source="gateway", prefix=bus.prefix)
-            )
-        if row["status"] != "left":
-            left = DeviceLeft(device_id=device_id, reason=f"revoked by {who.name}")
-            await bus.publish(envelope(left, actor=who.name, source="gateway", prefix=bus.prefix))
+router = APIRouter(tags=["devices"])
+
+
+@router.get("/v1/devices", responses=READ_ERRORS)
+async def list_devices(views: Views, _: Viewer) -> Devices:
+    """Every registered device, the coordinator's own included: status, hardware, measured
+    kernels, its model, what it works on."""
+    return Devices(devices=await views.views(None))
+
+
+@router.get("/v1/devices/{device_id}", responses={**READ_ERRORS, **E404})
+async def get_device(views: Views, device_id: DeviceId, _: Viewer) -> Device:
+    """One device (see GET /v1/devices)."""
+    return await views.one(device_id)
+
+
+@router.post("/v1/devices/{device_id}/drain", responses={**WRITE_ERRORS, **E404, **E409})
+async def drain(
+    bus: BusDep, engine: EngineDep, views: Views, device_id: DeviceId, body: DrainBody, who: Admin
+) -> Device:
+    """Stop (draining true) or resume (false) sending new tasks to the device; what it runs
+    finishes. Answers the device once the projection shows it."""
+    row = await asyncio.to_thread(_device_row, engine, device_id)
+    if row is None:
+        raise HTTPException(404, f"no device {device_id!r}; GET /v1/devices lists them")
+    if row["status"] == "left":
+        raise HTTPException(409, f"device {device_id!r} has left the fleet")
+    if bool(row["draining"]) != body.draining:
+        event = DeviceDraining(device_id=device_id, draining=body.draining, by=who.name)
+        await bus.publish(envelope(event, actor=who.name, source="gateway", prefix=bus.prefix))
 
         def shown() -> bool:
             now = _device_row(engine, device_id)
-            gone = now is not None and now["status"] == "left"
-            return gone and not _agent_tokens(engine, device_id)
+            return now is not None and bool(now["draining"]) == body.draining
 
-        done = await _until(shown, PROJECTED_WAIT_S)
-        log.info("device_revoked", device_id=device_id, tokens=token_ids, by=who.name, done=done)
-        return Revoked(device_id=device_id, status="left", revoked_tokens=token_ids)
+        await _until(shown, PROJECTED_WAIT_S)
+    log.info("device_draining", device_id=device_id, draining=body.draining, by=who.name)
+    return await views.one(device_id)
 
-    return router
+
+@router.post("/v1/devices/{device_id}/revoke", responses={**WRITE_ERRORS, **E404, **E409})
+async def revoke(bus: BusDep, engine: EngineDep, device_id: DeviceId, who: Admin) -> Revoked:
+    """Revoke every credential of the device (its next call gets 401) and mark it left;
+    the coordinator places its tasks elsewhere. The coordinator's own device cannot be
+    revoked (drain it instead)."""
+    row = await asyncio.to_thread(_device_row, engine, device_id)
+    if row is None:
+        raise HTTPException(404, f"no device {device_id!r}; GET /v1/devices lists them")
+    if row["local"]:
+        raise HTTPException(409, f"{device_id!r} is the coordinator's own device: drain it instead")
+    token_ids = await asyncio.to_thread(_agent_tokens, engine, device_id)
+    for token_id in token_ids:
+        revoked = TokenRevoked(token_id=token_id, reason=f"device {device_id} revoked")
+        await bus.publish(envelope(revoked, actor=who.name, source="gateway", prefix=bus.prefix))
+    if row["status"] != "left":
+        left = DeviceLeft(device_id=device_id, reason=f"revoked by {who.name}")
+        await bus.publish(envelope(left, actor=who.name, source="gateway", prefix=bus.prefix))
+
+    def shown() -> bool:
+        now = _device_row(engine, device_id)
+        gone = now is not None and now["status"] == "left"
+        return gone and not _agent_tokens(engine, device_id)
+
+    done = await _until(shown, PROJECTED_WAIT_S)
+    log.info("device_revoked", device_id=device_id, tokens=token_ids, by=who.name, done=done)
+    return Revoked(device_id=device_id, status="left", revoked_tokens=token_ids)

@@ -19,6 +19,7 @@ from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
+from ..deps import EngineDep, SettingsDep
 from ..edge.auth import require
 from ..schemas import E404, READ_ERRORS
 
@@ -62,56 +63,58 @@ def query_latest(
     }
 
 
-def evaluation_router(settings: Settings, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["evaluation"])
+router = APIRouter(tags=["evaluation"])
 
-    @router.get("/v1/evaluation", responses={**READ_ERRORS, **E404})
-    async def evaluation(
-        _: Reader,
-        device_id: str | None = Query(
-            None, pattern=SAFE_ID_PATTERN, description="Only this device's evaluations."
-        ),
-        model_version: str | None = Query(
-            None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="Only this model's evaluations."
-        ),
-    ) -> dict[str, Any]:
-        """The latest evaluation (hpc-ds1 evaluate): how well the model ranks configurations
-        and picks moves on held-out sizes, with its plots (see /v1/evaluation/plots/{name})."""
-        found = await asyncio.to_thread(query_latest, engine, device_id, model_version)
-        if found is None:
-            raise HTTPException(404, NO_EVALUATION)
-        return found
 
-    @router.get(
-        "/v1/evaluation/plots/{name}",
-        response_class=FileResponse,
-        responses={
-            200: {"content": {"image/png": {}}, "description": "The PNG."},
-            **READ_ERRORS,
-            **E404,
-        },
-    )
-    async def plot(
-        _: Reader,
-        name: Annotated[str, Path(pattern=f"^{PLOT_NAME.pattern}$", max_length=128)],
-    ) -> FileResponse:
-        """One PNG plot of an evaluation, by the file name listed in its `plots`."""
-        path = settings.home / "evaluation" / name
-        if not PLOT_NAME.fullmatch(name) or not path.is_file():
-            raise HTTPException(404, f"no evaluation plot named {name!r}")
-        return FileResponse(path, media_type="image/png")
+@router.get("/v1/evaluation", responses={**READ_ERRORS, **E404})
+async def evaluation(
+    engine: EngineDep,
+    _: Reader,
+    device_id: str | None = Query(
+        None, pattern=SAFE_ID_PATTERN, description="Only this device's evaluations."
+    ),
+    model_version: str | None = Query(
+        None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="Only this model's evaluations."
+    ),
+) -> dict[str, Any]:
+    """The latest evaluation (hpc-ds1 evaluate): how well the model ranks configurations
+    and picks moves on held-out sizes, with its plots (see /v1/evaluation/plots/{name})."""
+    found = await asyncio.to_thread(query_latest, engine, device_id, model_version)
+    if found is None:
+        raise HTTPException(404, NO_EVALUATION)
+    return found
 
-    @router.get("/v1/evaluation/yardstick", responses={**READ_ERRORS, **E404})
-    async def yardstick(_: Reader) -> dict[str, Any]:
-        """The latest yardstick (benchmarks/yardstick.py): HPC-DS1 against Kernel Tuner's
-        strategies, Optuna TPE and random search on recorded GPU spaces, every run counted;
-        per space, policy and budget the fraction of the optimum and the methodology score."""
-        found = await asyncio.to_thread(read_yardstick, settings)
-        if found is None:
-            raise HTTPException(404, NO_YARDSTICK)
-        return found
 
-    return router
+@router.get(
+    "/v1/evaluation/plots/{name}",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {"image/png": {}}, "description": "The PNG."},
+        **READ_ERRORS,
+        **E404,
+    },
+)
+async def plot(
+    settings: SettingsDep,
+    _: Reader,
+    name: Annotated[str, Path(pattern=f"^{PLOT_NAME.pattern}$", max_length=128)],
+) -> FileResponse:
+    """One PNG plot of an evaluation, by the file name listed in its `plots`."""
+    path = settings.home / "evaluation" / name
+    if not PLOT_NAME.fullmatch(name) or not path.is_file():
+        raise HTTPException(404, f"no evaluation plot named {name!r}")
+    return FileResponse(path, media_type="image/png")
+
+
+@router.get("/v1/evaluation/yardstick", responses={**READ_ERRORS, **E404})
+async def yardstick(settings: SettingsDep, _: Reader) -> dict[str, Any]:
+    """The latest yardstick (benchmarks/yardstick.py): HPC-DS1 against Kernel Tuner's
+    strategies, Optuna TPE and random search on recorded GPU spaces, every run counted;
+    per space, policy and budget the fraction of the optimum and the methodology score."""
+    found = await asyncio.to_thread(read_yardstick, settings)
+    if found is None:
+        raise HTTPException(404, NO_YARDSTICK)
+    return found
 
 
 def read_yardstick(settings: Settings) -> dict[str, Any] | None:

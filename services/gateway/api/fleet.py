@@ -46,9 +46,9 @@ from hpc_ds1.events import DeviceRegistered, Envelope, TokenCreated, TokenUsed, 
 from hpc_ds1.hardware import GPU, Fingerprint
 from hpc_ds1.log import get_logger
 from hpc_ds1.requests import SAFE_ID_RULE, SafeId
-from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, new_token_id, token_hash
 
+from ..deps import BusDep, EngineDep, SettingsDep
 from ..edge.auth import limit_joins, require
 from ..edge.ratelimit import is_loopback
 from ..schemas import E409, E503, ERRORS_401_403, WRITE_ERRORS
@@ -185,146 +185,153 @@ def refuse_spent(token_id: str, history: list[tuple[int, Envelope]]) -> None:
         raise HTTPException(401, problem, {"WWW-Authenticate": "Bearer"})
 
 
-def fleet_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["fleet"])
+router = APIRouter(tags=["fleet"])
 
-    async def use(token_id: str, device_id: str, history: list[tuple[int, Envelope]]) -> str:
-        """Spend one use of the join token on `device_id`: token.used, appended only while the
-        token's history is still `history` (read again after anyone else appended); 401 when
-        it expired, was used up or revoked. Returns the token.used event's id."""
-        for attempt in range(USE_TRIES):
-            if attempt:
-                await asyncio.sleep(random.uniform(0, 0.005 * min(attempt, 10)))
-                history = await bus.history("token", token_id)
-            refuse_spent(token_id, history)
-            used = envelope(
-                TokenUsed(token_id=token_id, device_id=device_id),
-                actor=device_id,
-                source="gateway",
-                prefix=bus.prefix,
+
+async def use(
+    bus: EventBus, token_id: str, device_id: str, history: list[tuple[int, Envelope]]
+) -> str:
+    """Spend one use of the join token on `device_id`: token.used, appended only while the
+    token's history is still `history` (read again after anyone else appended); 401 when
+    it expired, was used up or revoked. Returns the token.used event's id."""
+    for attempt in range(USE_TRIES):
+        if attempt:
+            await asyncio.sleep(random.uniform(0, 0.005 * min(attempt, 10)))
+            history = await bus.history("token", token_id)
+        refuse_spent(token_id, history)
+        used = envelope(
+            TokenUsed(token_id=token_id, device_id=device_id),
+            actor=device_id,
+            source="gateway",
+            prefix=bus.prefix,
+        )
+        try:
+            await bus.publish(used, expected_version=history[-1][0])
+            return used.id
+        except ConcurrencyConflict:
+            continue  # another join (or a revocation) came first: read it again
+    raise HTTPException(503, "too many joins at once with this join token; try again")
+
+
+async def claim(bus: EventBus, engine: Engine, body: JoinBody, joiner: Principal) -> str:
+    """Register the device under a free id: the device.registered event goes in only when
+    the device has no history (two joins with one name: the second gets 409), and only
+    after one use of the join token was spent on it (`use`; refused first when none is
+    left)."""
+    fingerprint = body.fingerprint.model_dump(mode="json")
+    history = await bus.history("token", joiner.token_id)
+    refuse_spent(joiner.token_id, history)
+    for _ in range(5):
+        device_id = body.name or device_id_for(body.hostname)
+        why = await asyncio.to_thread(_taken, engine, device_id)
+        if why is None:
+            used = await use(bus, joiner.token_id, device_id, history)
+            event = DeviceRegistered(
+                device_id=device_id,
+                hostname=body.hostname,
+                fingerprint={**fingerprint, "device_id": device_id},
+                local=False,
+            )
+            env = envelope(
+                event, actor=device_id, source="gateway", prefix=bus.prefix, causation_id=used
             )
             try:
-                await bus.publish(used, expected_version=history[-1][0])
-                return used.id
+                await bus.publish(env, expected_version=0)
+                return device_id
             except ConcurrencyConflict:
-                continue  # another join (or a revocation) came first: read it again
-        raise HTTPException(503, "too many joins at once with this join token; try again")
-
-    async def claim(body: JoinBody, joiner: Principal) -> str:
-        """Register the device under a free id: the device.registered event goes in only when
-        the device has no history (two joins with one name: the second gets 409), and only
-        after one use of the join token was spent on it (`use`; refused first when none is
-        left)."""
-        fingerprint = body.fingerprint.model_dump(mode="json")
-        history = await bus.history("token", joiner.token_id)
-        refuse_spent(joiner.token_id, history)
-        for _ in range(5):
-            device_id = body.name or device_id_for(body.hostname)
-            why = await asyncio.to_thread(_taken, engine, device_id)
-            if why is None:
-                used = await use(joiner.token_id, device_id, history)
-                event = DeviceRegistered(
-                    device_id=device_id,
-                    hostname=body.hostname,
-                    fingerprint={**fingerprint, "device_id": device_id},
-                    local=False,
-                )
-                env = envelope(
-                    event, actor=device_id, source="gateway", prefix=bus.prefix, causation_id=used
-                )
-                try:
-                    await bus.publish(env, expected_version=0)
-                    return device_id
-                except ConcurrencyConflict:
-                    why = f"device {device_id!r} exists already"
-            if body.name:
-                raise HTTPException(
-                    409,
-                    f"{why}: a device acts only as itself; a device that joined before keeps "
-                    "its stored credential (credentials/device.json) instead of joining again, "
-                    "or choose another name",
-                )
-        raise HTTPException(503, "no free device id was found; try again")
-
-    @router.post(
-        "/v1/fleet/join",
-        status_code=201,
-        responses={**WRITE_ERRORS, **E409, **E503},
-        dependencies=[Depends(limit_joins)],  # 429 past HPC_DS1_JOINS_PER_MINUTE, before auth
-    )
-    async def join(body: JoinBody, joiner: Joiner) -> JoinAnswer:
-        """Trade the join token (`Authorization: Bearer <join token>`) for this device's own
-        credential: an agent token whose holder is the device id. Spends one of the join
-        token's uses (token.used; 401 when it expired or was used up), publishes
-        device.registered (local false) and token.created, and waits until the credential is
-        accepted."""
-        device_id = await claim(body, joiner)
-        token, token_id = new_token(), new_token_id()
-        created = TokenCreated(
-            token_id=token_id, holder=device_id, role="agent", sha256=token_hash(token)
-        )
-        env = envelope(created, actor=device_id, source="gateway", prefix=bus.prefix)
-        await bus.publish(env, expected_version=0)
-        active = await wait_active(engine, token, JOIN_WAIT_S)
-        log.info(
-            "device_joined",
-            device_id=device_id,
-            hostname=body.hostname,
-            token_id=token_id,
-            join_token_id=joiner.token_id,
-            active=active,
-        )
-        return JoinAnswer(
-            device_id=device_id,
-            token=token,
-            token_id=token_id,
-            heartbeat_interval_s=settings.heartbeat_interval_s,
-            long_poll_s=settings.long_poll_s,
-            active=active,
-        )
-
-    @router.get("/v1/fleet/join-token", responses={**ERRORS_401_403, **E503})
-    async def join_token(request: Request, response: Response, admin: Admin) -> JoinToken:
-        """The join token and the command that joins a device with it: for an admin calling
-        from the coordinator itself (loopback) only.
-
-        Why loopback too: whoever holds the join token can add machines to the fleet, and work
-        is then sent to them. The seed's rule is that it is "shown only to this machine", as
-        `serve` prints it on its own terminal: an admin credential that leaked (a browser
-        session, a token copied elsewhere) must not be enough to hand it out to another host.
-        The peer address is the socket's, never a forwarded header (unless its proxy is named
-        in HPC_DS1_FORWARDED_ALLOW_IPS); behind a reverse proxy on this machine not named there
-        every caller looks local, which is why the admin role is needed as well."""
-        client = request.client.host if request.client else None
-        if not is_loopback(client):
-            log.info("join_token_refused", who=admin.name, reason="not loopback", client=client)
+                why = f"device {device_id!r} exists already"
+        if body.name:
             raise HTTPException(
-                403,
-                "the join token is shown only to this machine: ask from the coordinator itself "
-                "(loopback), or run `hpc-ds1 token join` there",
+                409,
+                f"{why}: a device acts only as itself; a device that joined before keeps "
+                "its stored credential (credentials/device.json) instead of joining again, "
+                "or choose another name",
             )
-        token = await asyncio.to_thread(read_join_token, settings.home)
-        if token is None:
-            raise HTTPException(503, "no join token yet: the gateway makes it when it starts")
-        # Issue 45: https and the CA pin when this gateway serves TLS off loopback.
-        server = public_server(settings, settings.port or request.url.port)
-        response.headers["Cache-Control"] = "no-store"
-        log.info("join_token_shown", who=admin.name, token_id=admin.token_id)
-        limits = await asyncio.to_thread(token_limits, engine, token)
-        shown = JoinToken(
-            token=token, server=server, command=join_command(server, token, join_pin(settings))
-        )
-        if limits is None:
-            return shown
-        return shown.model_copy(
-            update={
-                "token_id": limits.token_id,
-                "expires_at": limits.expires_at,
-                "max_uses": limits.max_uses,
-                "uses_left": limits.uses_left,
-                "state": limits.state(),
-                "problem": limits.problem(),
-            }
-        )
+    raise HTTPException(503, "no free device id was found; try again")
 
-    return router
+
+@router.post(
+    "/v1/fleet/join",
+    status_code=201,
+    responses={**WRITE_ERRORS, **E409, **E503},
+    dependencies=[Depends(limit_joins)],  # 429 past HPC_DS1_JOINS_PER_MINUTE, before auth
+)
+async def join(
+    settings: SettingsDep, bus: BusDep, engine: EngineDep, body: JoinBody, joiner: Joiner
+) -> JoinAnswer:
+    """Trade the join token (`Authorization: Bearer <join token>`) for this device's own
+    credential: an agent token whose holder is the device id. Spends one of the join
+    token's uses (token.used; 401 when it expired or was used up), publishes
+    device.registered (local false) and token.created, and waits until the credential is
+    accepted."""
+    device_id = await claim(bus, engine, body, joiner)
+    token, token_id = new_token(), new_token_id()
+    created = TokenCreated(
+        token_id=token_id, holder=device_id, role="agent", sha256=token_hash(token)
+    )
+    env = envelope(created, actor=device_id, source="gateway", prefix=bus.prefix)
+    await bus.publish(env, expected_version=0)
+    active = await wait_active(engine, token, JOIN_WAIT_S)
+    log.info(
+        "device_joined",
+        device_id=device_id,
+        hostname=body.hostname,
+        token_id=token_id,
+        join_token_id=joiner.token_id,
+        active=active,
+    )
+    return JoinAnswer(
+        device_id=device_id,
+        token=token,
+        token_id=token_id,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        long_poll_s=settings.long_poll_s,
+        active=active,
+    )
+
+
+@router.get("/v1/fleet/join-token", responses={**ERRORS_401_403, **E503})
+async def join_token(
+    settings: SettingsDep, engine: EngineDep, request: Request, response: Response, admin: Admin
+) -> JoinToken:
+    """The join token and the command that joins a device with it: for an admin calling
+    from the coordinator itself (loopback) only.
+
+    Why loopback too: whoever holds the join token can add machines to the fleet, and work
+    is then sent to them. The seed's rule is that it is "shown only to this machine", as
+    `serve` prints it on its own terminal: an admin credential that leaked (a browser
+    session, a token copied elsewhere) must not be enough to hand it out to another host.
+    The peer address is the socket's, never a forwarded header (unless its proxy is named
+    in HPC_DS1_FORWARDED_ALLOW_IPS); behind a reverse proxy on this machine not named there
+    every caller looks local, which is why the admin role is needed as well."""
+    client = request.client.host if request.client else None
+    if not is_loopback(client):
+        log.info("join_token_refused", who=admin.name, reason="not loopback", client=client)
+        raise HTTPException(
+            403,
+            "the join token is shown only to this machine: ask from the coordinator itself "
+            "(loopback), or run `hpc-ds1 token join` there",
+        )
+    token = await asyncio.to_thread(read_join_token, settings.home)
+    if token is None:
+        raise HTTPException(503, "no join token yet: the gateway makes it when it starts")
+    # Issue 45: https and the CA pin when this gateway serves TLS off loopback.
+    server = public_server(settings, settings.port or request.url.port)
+    response.headers["Cache-Control"] = "no-store"
+    log.info("join_token_shown", who=admin.name, token_id=admin.token_id)
+    limits = await asyncio.to_thread(token_limits, engine, token)
+    shown = JoinToken(
+        token=token, server=server, command=join_command(server, token, join_pin(settings))
+    )
+    if limits is None:
+        return shown
+    return shown.model_copy(
+        update={
+            "token_id": limits.token_id,
+            "expires_at": limits.expires_at,
+            "max_uses": limits.max_uses,
+            "uses_left": limits.uses_left,
+            "state": limits.state(),
+            "problem": limits.problem(),
+        }
+    )

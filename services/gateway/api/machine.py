@@ -24,6 +24,7 @@ from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
+from ..deps import EngineDep, SettingsDep
 from ..edge.auth import require
 from ..schemas import E404, READ_ERRORS
 
@@ -265,34 +266,37 @@ def query_summary(engine: Engine, device_id: str | None) -> MeasurementSummary |
     )
 
 
-def machine_router(settings: Settings, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["machine"])
+router = APIRouter(tags=["machine"])
 
-    @router.get("/v1/model", responses={**READ_ERRORS, **E404})
-    async def machine_model(_: Reader, device_id: DeviceQuery = None) -> MachineModel:
-        """The model decisions use on this machine (or `device_id`): its name, version, when it
-        was published, how many measurements it was trained on, its headline metrics (and all
-        of them) and the thresholds: auto at or above `auto`, escalate below `escalate`.
-        `model` is null, with `missing` saying how to get one, before the first training."""
-        found = await asyncio.to_thread(query_model, engine, settings, device_id)
-        if found is None:
-            raise HTTPException(404, NO_DEVICE if device_id is None else _unknown(device_id))
-        return found
 
-    @router.get("/v1/measurements/summary", responses={**READ_ERRORS, **E404})
-    async def measurements_summary(_: Reader, device_id: DeviceQuery = None) -> MeasurementSummary:
-        """What was measured on this machine (or `device_id`), per kernel: the sizes (held-out
-        sizes apart: they are for evaluation only), the runs and the correct ones, and the size
-        range the familiarity guard of the latest model allows (null: not trained on). `setup`:
-        the setup measurements recorded since the latest model (null when none), with the runs
-        `setup --quick` and `setup` plan on this device; `running` while the last is under 15
-        minutes old."""
-        found = await asyncio.to_thread(query_summary, engine, device_id)
-        if found is None:
-            raise HTTPException(404, NO_DEVICE if device_id is None else _unknown(device_id))
-        return found
+@router.get("/v1/model", responses={**READ_ERRORS, **E404})
+async def machine_model(
+    settings: SettingsDep, engine: EngineDep, _: Reader, device_id: DeviceQuery = None
+) -> MachineModel:
+    """The model decisions use on this machine (or `device_id`): its name, version, when it
+    was published, how many measurements it was trained on, its headline metrics (and all
+    of them) and the thresholds: auto at or above `auto`, escalate below `escalate`.
+    `model` is null, with `missing` saying how to get one, before the first training."""
+    found = await asyncio.to_thread(query_model, engine, settings, device_id)
+    if found is None:
+        raise HTTPException(404, NO_DEVICE if device_id is None else _unknown(device_id))
+    return found
 
-    return router
+
+@router.get("/v1/measurements/summary", responses={**READ_ERRORS, **E404})
+async def measurements_summary(
+    engine: EngineDep, _: Reader, device_id: DeviceQuery = None
+) -> MeasurementSummary:
+    """What was measured on this machine (or `device_id`), per kernel: the sizes (held-out
+    sizes apart: they are for evaluation only), the runs and the correct ones, and the size
+    range the familiarity guard of the latest model allows (null: not trained on). `setup`:
+    the setup measurements recorded since the latest model (null when none), with the runs
+    `setup --quick` and `setup` plan on this device; `running` while the last is under 15
+    minutes old."""
+    found = await asyncio.to_thread(query_summary, engine, device_id)
+    if found is None:
+        raise HTTPException(404, NO_DEVICE if device_id is None else _unknown(device_id))
+    return found
 
 
 def _unknown(device_id: str) -> str:

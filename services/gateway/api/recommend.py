@@ -9,7 +9,7 @@ import asyncio
 import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, select
 
@@ -21,6 +21,7 @@ from hpc_ds1.requests import MAX_SIZE, SafeId, Size, WorkloadName
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 
+from ..deps import EngineDep, SettingsDep
 from ..edge.auth import require
 from ..schemas import E404, E409, E503, WRITE_ERRORS
 
@@ -105,55 +106,68 @@ class Models:
         return model
 
 
-def recommend_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["decisions"])
-    models = Models(settings, bus)
+def loaded_models(request: Request) -> Models:
+    """The app's cache of loaded models, made on the first recommendation."""
+    state = request.app.state
+    if getattr(state, "recommend_models", None) is None:
+        state.recommend_models = Models(state.settings, state.bus)
+    models: Models = state.recommend_models
+    return models
 
-    @router.post("/v1/recommend", responses={**WRITE_ERRORS, **E404, **E409, **E503})
-    async def recommend(
-        body: RecommendBody, _: Annotated[Principal, Depends(require("viewer"))]
-    ) -> RecommendationOut:
-        """The configuration to submit a job with (System 1): every feasible configuration of
-        the device scored by its model in one forward pass, the fastest returned with its
-        expected runtime, the confidence that it is the fastest, the mode (auto at or above the
-        auto threshold with a quiet guard, escalate below the escalate threshold or when the
-        guard speaks, confirm between) and the reasons. 422 for a workload neither the registry
-        nor the model knows, or a size out of range; 409 before the device has a model."""
-        from hpc_ds1.hardware import Fingerprint
-        from hpc_ds1.model import Thresholds
-        from hpc_ds1.recommendation import RecommendError
-        from hpc_ds1.recommendation import recommend as system1
 
-        device = await asyncio.to_thread(_device, engine, body.device_id)
-        if device is None:
-            raise HTTPException(
-                404, NO_DEVICE if body.device_id is None else f"unknown device {body.device_id}"
-            )
-        device_id, raw = device
-        latest = await asyncio.to_thread(latest_model, engine, device_id)
-        if latest is None:
-            raise HTTPException(
-                409, f"no model for device {device_id} yet: run `hpc-ds1 setup --quick` on it"
-            )
-        model = await models.get(*latest)
-        thresholds = Thresholds(auto=settings.auto_threshold, escalate=settings.escalate_threshold)
-        try:
-            fingerprint = Fingerprint.model_validate(raw)
-        except ValueError:
-            raise HTTPException(
-                409, f"device {device_id} has a fingerprint this version cannot read"
-            ) from None
-        try:
-            found = await asyncio.to_thread(
-                system1,
-                model,
-                body.workload,
-                body.size,
-                fingerprint=fingerprint,
-                thresholds=thresholds,
-            )
-        except RecommendError as error:
-            raise HTTPException(422, str(error)) from None
-        return RecommendationOut.model_validate(found)
+ModelsDep = Annotated[Models, Depends(loaded_models)]
 
-    return router
+
+router = APIRouter(tags=["decisions"])
+
+
+@router.post("/v1/recommend", responses={**WRITE_ERRORS, **E404, **E409, **E503})
+async def recommend(
+    settings: SettingsDep,
+    engine: EngineDep,
+    models: ModelsDep,
+    body: RecommendBody,
+    _: Annotated[Principal, Depends(require("viewer"))],
+) -> RecommendationOut:
+    """The configuration to submit a job with (System 1): every feasible configuration of
+    the device scored by its model in one forward pass, the fastest returned with its
+    expected runtime, the confidence that it is the fastest, the mode (auto at or above the
+    auto threshold with a quiet guard, escalate below the escalate threshold or when the
+    guard speaks, confirm between) and the reasons. 422 for a workload neither the registry
+    nor the model knows, or a size out of range; 409 before the device has a model."""
+    from hpc_ds1.hardware import Fingerprint
+    from hpc_ds1.model import Thresholds
+    from hpc_ds1.recommendation import RecommendError
+    from hpc_ds1.recommendation import recommend as system1
+
+    device = await asyncio.to_thread(_device, engine, body.device_id)
+    if device is None:
+        raise HTTPException(
+            404, NO_DEVICE if body.device_id is None else f"unknown device {body.device_id}"
+        )
+    device_id, raw = device
+    latest = await asyncio.to_thread(latest_model, engine, device_id)
+    if latest is None:
+        raise HTTPException(
+            409, f"no model for device {device_id} yet: run `hpc-ds1 setup --quick` on it"
+        )
+    model = await models.get(*latest)
+    thresholds = Thresholds(auto=settings.auto_threshold, escalate=settings.escalate_threshold)
+    try:
+        fingerprint = Fingerprint.model_validate(raw)
+    except ValueError:
+        raise HTTPException(
+            409, f"device {device_id} has a fingerprint this version cannot read"
+        ) from None
+    try:
+        found = await asyncio.to_thread(
+            system1,
+            model,
+            body.workload,
+            body.size,
+            fingerprint=fingerprint,
+            thresholds=thresholds,
+        )
+    except RecommendError as error:
+        raise HTTPException(422, str(error)) from None
+    return RecommendationOut.model_validate(found)

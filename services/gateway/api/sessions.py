@@ -23,10 +23,10 @@ from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.idempotency import HEADER, KeyReused
 from hpc_ds1.requests import SAFE_ID_PATTERN, ApprovalVerdict, StartSessionRequest
-from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import start_session_subject
 from hpc_ds1.tokens import Principal
 
+from ..deps import BusDep, EngineDep, SettingsDep
 from ..edge.auth import require
 from ..schemas import (
     E404,
@@ -50,7 +50,7 @@ SafePathId = Annotated[
     Path(pattern=SAFE_ID_PATTERN, description="1 to 64 of letters, digits, '_' or '-'."),
 ]
 
-__all__ = ["ApprovalVerdict", "sessions_router"]
+__all__ = ["ApprovalVerdict", "router"]
 
 
 def _rows(engine: Engine, query: Any) -> list[dict[str, Any]]:
@@ -92,136 +92,138 @@ async def started_before(
     )
 
 
-def sessions_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["sessions"])
+router = APIRouter(tags=["sessions"])
 
-    @router.get("/v1/approvals", responses=READ_ERRORS)
-    async def waiting_approvals(
-        _: Viewer,
-        status: Literal["waiting", "decided", "approved", "rejected"] = Query(
-            "waiting",
-            description="waiting (oldest first), or decided, approved or rejected (latest "
-            "decided first: who decided, when and the note)",
-        ),
-        limit: int = Query(100, ge=1, le=1000),
-    ) -> Approvals:
-        """Moves waiting for an engineer: from which device, job and config, the suggested
-        move, its confidence and why it is here; or those already decided, with who decided."""
-        t = tables.approvals
-        if status == "waiting":
-            query = select(t).where(t.c.status == "waiting").order_by(t.c.seq)
-        else:
-            shown = ("approved", "rejected") if status == "decided" else (status,)
-            query = (
-                select(t)
-                .where(t.c.status.in_(shown))
-                .order_by(t.c.decided_at.desc(), t.c.seq.desc())
-            )
-        return Approvals(approvals=await asyncio.to_thread(_rows, engine, query.limit(limit)))
 
-    @router.post("/v1/approvals/{approval_id}", responses={**WRITE_ERRORS, **E404, **E409, **E503})
-    async def decide(
-        approval_id: SafePathId, verdict: ApprovalVerdict, who: Engineer
-    ) -> dict[str, Any]:
-        """Approve or reject a waiting move (engineer role); who and when are recorded."""
-        try:
-            event = await asyncio.wait_for(
-                decide_approval(
-                    bus,
-                    approval_id,
-                    verdict.decision == "approve",
-                    who.name,
-                    who.role,
-                    verdict.note,
-                    # A person signed in at the site's OpenID provider: who they are there.
-                    who.identity,
-                ),
-                timeout=START_TIMEOUT_S,
-            )
-        except ApprovalError as error:
-            raise HTTPException(error.status, str(error)) from None
-        except TimeoutError:
-            raise HTTPException(
-                503, f"the event log did not answer within {START_TIMEOUT_S:g} s"
-            ) from None
-        return event.model_dump()
-
-    @router.get("/v1/sessions", responses=READ_ERRORS)
-    async def list_sessions(
-        _: Viewer,
-        status: Literal["running", "paused", "finished"] | None = Query(
-            None, description="running, paused or finished"
-        ),
-        limit: int = Query(100, ge=1, le=1000),
-    ) -> Sessions:
-        t = tables.sessions
-        query = select(t).order_by(t.c.started_at.desc()).limit(limit)
-        if status:
-            query = query.where(t.c.status == status)
-        return Sessions(sessions=await asyncio.to_thread(_rows, engine, query))
-
-    @router.get("/v1/sessions/{session_id}", responses={**READ_ERRORS, **E404})
-    async def one_session(session_id: SafePathId, _: Viewer) -> dict[str, Any]:
-        """The session and every step of it, from the log."""
-        t, e = tables.sessions, tables.events
-        found = await asyncio.to_thread(
-            _rows, engine, select(t).where(t.c.session_id == session_id)
+@router.get("/v1/approvals", responses=READ_ERRORS)
+async def waiting_approvals(
+    engine: EngineDep,
+    _: Viewer,
+    status: Literal["waiting", "decided", "approved", "rejected"] = Query(
+        "waiting",
+        description="waiting (oldest first), or decided, approved or rejected (latest "
+        "decided first: who decided, when and the note)",
+    ),
+    limit: int = Query(100, ge=1, le=1000),
+) -> Approvals:
+    """Moves waiting for an engineer: from which device, job and config, the suggested
+    move, its confidence and why it is here; or those already decided, with who decided."""
+    t = tables.approvals
+    if status == "waiting":
+        query = select(t).where(t.c.status == "waiting").order_by(t.c.seq)
+    else:
+        shown = ("approved", "rejected") if status == "decided" else (status,)
+        query = (
+            select(t).where(t.c.status.in_(shown)).order_by(t.c.decided_at.desc(), t.c.seq.desc())
         )
-        if not found:
-            raise HTTPException(404, f"no session {session_id}")
-        steps = await asyncio.to_thread(
-            _rows,
-            engine,
-            select(e.c.seq, e.c.type, e.c.time, e.c.actor, e.c.data)
-            .where(e.c.subject.startswith(f"{settings.subject_prefix}.session.{session_id}."))
-            .order_by(e.c.seq),
-        )
-        return {**found[0], "events": steps}
+    return Approvals(approvals=await asyncio.to_thread(_rows, engine, query.limit(limit)))
 
-    @router.post(
-        "/v1/sessions", status_code=201, responses={**WRITE_ERRORS, **E404, **E409, **E503}
+
+@router.post("/v1/approvals/{approval_id}", responses={**WRITE_ERRORS, **E404, **E409, **E503})
+async def decide(
+    bus: BusDep, approval_id: SafePathId, verdict: ApprovalVerdict, who: Engineer
+) -> dict[str, Any]:
+    """Approve or reject a waiting move (engineer role); who and when are recorded."""
+    try:
+        event = await asyncio.wait_for(
+            decide_approval(
+                bus,
+                approval_id,
+                verdict.decision == "approve",
+                who.name,
+                who.role,
+                verdict.note,
+                # A person signed in at the site's OpenID provider: who they are there.
+                who.identity,
+            ),
+            timeout=START_TIMEOUT_S,
+        )
+    except ApprovalError as error:
+        raise HTTPException(error.status, str(error)) from None
+    except TimeoutError:
+        raise HTTPException(
+            503, f"the event log did not answer within {START_TIMEOUT_S:g} s"
+        ) from None
+    return event.model_dump()
+
+
+@router.get("/v1/sessions", responses=READ_ERRORS)
+async def list_sessions(
+    engine: EngineDep,
+    _: Viewer,
+    status: Literal["running", "paused", "finished"] | None = Query(
+        None, description="running, paused or finished"
+    ),
+    limit: int = Query(100, ge=1, le=1000),
+) -> Sessions:
+    t = tables.sessions
+    query = select(t).order_by(t.c.started_at.desc()).limit(limit)
+    if status:
+        query = query.where(t.c.status == status)
+    return Sessions(sessions=await asyncio.to_thread(_rows, engine, query))
+
+
+@router.get("/v1/sessions/{session_id}", responses={**READ_ERRORS, **E404})
+async def one_session(
+    settings: SettingsDep, engine: EngineDep, session_id: SafePathId, _: Viewer
+) -> dict[str, Any]:
+    """The session and every step of it, from the log."""
+    t, e = tables.sessions, tables.events
+    found = await asyncio.to_thread(_rows, engine, select(t).where(t.c.session_id == session_id))
+    if not found:
+        raise HTTPException(404, f"no session {session_id}")
+    steps = await asyncio.to_thread(
+        _rows,
+        engine,
+        select(e.c.seq, e.c.type, e.c.time, e.c.actor, e.c.data)
+        .where(e.c.subject.startswith(f"{settings.subject_prefix}.session.{session_id}."))
+        .order_by(e.c.seq),
     )
-    async def start_session(
-        body: StartSessionRequest,
-        who: Engineer,
-        response: Response,
-        idempotency_key: Annotated[
-            str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
-        ] = None,
-    ) -> SessionStartedOut:
-        """Start a tuning session on a device (engineer role): every step runs for real. A
-        session id already in use is 409. With `Idempotency-Key` (and no session_id: the key
-        names the session) a retry is answered with the session started first."""
-        key_id = idempotency_id(idempotency_key, who, "POST /v1/sessions")
-        if key_id is not None:
-            if body.session_id is not None:
-                raise HTTPException(
-                    422, f"send a session_id or an {HEADER}, not both: the key names the session"
-                )
-            body = body.model_copy(update={"session_id": key_id})
-        try:
-            reply = await bus.nc.request(
-                start_session_subject(settings),
-                body.model_dump_json().encode(),
-                timeout=START_TIMEOUT_S,
-                headers={"Hpc-Actor": who.name},
-            )
-        except NoRespondersError:
-            raise HTTPException(503, "the coordinator is not running") from None
-        except Exception:
-            raise HTTPException(
-                503, f"the coordinator did not answer within {START_TIMEOUT_S:g} s"
-            ) from None
-        answer: dict[str, Any] = orjson.loads(reply.data)
-        if key_id is not None and answer.get("status") == 409:
-            original = await started_before(bus, body, who)
-            if original is not None:
-                response.headers["Idempotent-Replayed"] = "true"
-                return original
-        if not answer.get("ok"):
-            raise HTTPException(service_status(answer), service_error(answer))
-        if key_id is not None:
-            response.headers["Idempotent-Replayed"] = "false"
-        return SessionStartedOut.model_validate({k: v for k, v in answer.items() if k != "ok"})
+    return {**found[0], "events": steps}
 
-    return router
+
+@router.post("/v1/sessions", status_code=201, responses={**WRITE_ERRORS, **E404, **E409, **E503})
+async def start_session(
+    settings: SettingsDep,
+    bus: BusDep,
+    body: StartSessionRequest,
+    who: Engineer,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
+    ] = None,
+) -> SessionStartedOut:
+    """Start a tuning session on a device (engineer role): every step runs for real. A
+    session id already in use is 409. With `Idempotency-Key` (and no session_id: the key
+    names the session) a retry is answered with the session started first."""
+    key_id = idempotency_id(idempotency_key, who, "POST /v1/sessions")
+    if key_id is not None:
+        if body.session_id is not None:
+            raise HTTPException(
+                422, f"send a session_id or an {HEADER}, not both: the key names the session"
+            )
+        body = body.model_copy(update={"session_id": key_id})
+    try:
+        reply = await bus.nc.request(
+            start_session_subject(settings),
+            body.model_dump_json().encode(),
+            timeout=START_TIMEOUT_S,
+            headers={"Hpc-Actor": who.name},
+        )
+    except NoRespondersError:
+        raise HTTPException(503, "the coordinator is not running") from None
+    except Exception:
+        raise HTTPException(
+            503, f"the coordinator did not answer within {START_TIMEOUT_S:g} s"
+        ) from None
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    if key_id is not None and answer.get("status") == 409:
+        original = await started_before(bus, body, who)
+        if original is not None:
+            response.headers["Idempotent-Replayed"] = "true"
+            return original
+    if not answer.get("ok"):
+        raise HTTPException(service_status(answer), service_error(answer))
+    if key_id is not None:
+        response.headers["Idempotent-Replayed"] = "false"
+    return SessionStartedOut.model_validate({k: v for k, v in answer.items() if k != "ok"})

@@ -11,12 +11,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel
-from sqlalchemy import Engine
 
 from hpc_ds1.db.reads import sibling_runs
 from hpc_ds1.requests import SAFE_ID_PATTERN
 from hpc_ds1.tokens import Principal
 
+from ..deps import EngineDep
 from ..edge.auth import require
 from ..schemas import READ_ERRORS
 
@@ -42,49 +42,48 @@ class Siblings(BaseModel):
     siblings: list[Sibling]
 
 
-def siblings_router(engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["machine"])
+router = APIRouter(tags=["machine"])
 
-    @router.get("/v1/measurements", responses=READ_ERRORS)
-    async def measurements(
-        _: Reader,
-        workload: Annotated[
-            list[str],
-            Query(
-                min_length=1,
-                max_length=MAX_WORKLOADS,
-                description="The workload; more names add workloads measured on any device "
-                "(recorded GPUs of the same kernel, each a workload of its own).",
-            ),
-        ],
-        size: Annotated[int, Query(ge=1, description="The problem size.")],
-        device_id: Annotated[
-            str,
-            Query(
-                pattern=SAFE_ID_PATTERN,
-                description="The asking device: its own runs of the first workload are left out.",
-            ),
-        ] = "",
-    ) -> Siblings:
-        """Every run of `workload` at `size` on other devices than `device_id`, and of the
-        further workloads on any device: per (device, workload), each run's configuration,
-        status and seconds, in log order."""
-        bad = [w for w in workload if not WORKLOAD_NAME.fullmatch(w)]
-        if bad:
-            raise HTTPException(
-                422, f"workload {bad[0]!r}: a name of letters, digits, '_', '.' or '-' (≤ 64)"
-            )
-        found = await asyncio.to_thread(sibling_runs, engine, workload, size, device_id)
-        return Siblings(
-            size=size,
-            siblings=[
-                Sibling(
-                    device_id=device,
-                    workload=name,
-                    runs=[Run(config=c, status=s, runtime_s=r) for c, s, r in runs],
-                )
-                for (device, name), runs in found.items()
-            ],
+
+@router.get("/v1/measurements", responses=READ_ERRORS)
+async def measurements(
+    engine: EngineDep,
+    _: Reader,
+    workload: Annotated[
+        list[str],
+        Query(
+            min_length=1,
+            max_length=MAX_WORKLOADS,
+            description="The workload; more names add workloads measured on any device "
+            "(recorded GPUs of the same kernel, each a workload of its own).",
+        ),
+    ],
+    size: Annotated[int, Query(ge=1, description="The problem size.")],
+    device_id: Annotated[
+        str,
+        Query(
+            pattern=SAFE_ID_PATTERN,
+            description="The asking device: its own runs of the first workload are left out.",
+        ),
+    ] = "",
+) -> Siblings:
+    """Every run of `workload` at `size` on other devices than `device_id`, and of the
+    further workloads on any device: per (device, workload), each run's configuration,
+    status and seconds, in log order."""
+    bad = [w for w in workload if not WORKLOAD_NAME.fullmatch(w)]
+    if bad:
+        raise HTTPException(
+            422, f"workload {bad[0]!r}: a name of letters, digits, '_', '.' or '-' (≤ 64)"
         )
-
-    return router
+    found = await asyncio.to_thread(sibling_runs, engine, workload, size, device_id)
+    return Siblings(
+        size=size,
+        siblings=[
+            Sibling(
+                device_id=device,
+                workload=name,
+                runs=[Run(config=c, status=s, runtime_s=r) for c, s, r in runs],
+            )
+            for (device, name), runs in found.items()
+        ],
+    )

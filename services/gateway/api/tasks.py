@@ -23,15 +23,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.events import Envelope, TaskSubmitted, envelope, new_id
 from hpc_ds1.idempotency import HEADER, KeyReused, append_once, request_sha256
 from hpc_ds1.requests import MAX_SIZE, SAFE_ID_PATTERN, SafeId, Size, WorkloadName
-from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal
 from hpc_ds1.workloads import UnknownWorkload, get_workload, list_workloads
 
+from ..deps import BusDep, EngineDep, SettingsDep
 from ..edge.auth import require
 from ..schemas import (
     E404,
@@ -191,120 +190,125 @@ def _list(
         return [dict(r) for r in conn.execute(query).mappings()]
 
 
-def tasks_router(settings: Settings, bus: EventBus, engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["tasks"])
+router = APIRouter(tags=["tasks"])
 
-    @router.post(
-        "/v1/tasks",
-        status_code=201,
-        response_model=TaskOut,
-        responses=WRITE_ERRORS,
+
+@router.post(
+    "/v1/tasks",
+    status_code=201,
+    response_model=TaskOut,
+    responses=WRITE_ERRORS,
+)
+async def submit(
+    settings: SettingsDep,
+    bus: BusDep,
+    engine: EngineDep,
+    body: TaskBody,
+    who: Engineer,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
+    ] = None,
+) -> Any:
+    """Submit a job (engineer role) to run once, on the device where it is expected to
+    finish first; placement picks it up from the log. An unknown workload or a size out of
+    bounds is a 422 naming what is accepted. With `Idempotency-Key` a retry is answered with
+    the task submitted first (header Idempotent-Replayed: true)."""
+    key_id = idempotency_id(idempotency_key, who, "POST /v1/tasks")
+    # The first look loads the workload registry (imports): off the event loop.
+    issue = await asyncio.to_thread(check_job, body.workload, body.size)
+    if issue is not None:
+        error = ErrorBody(error=f"invalid task: {issue.msg}", detail=[issue])
+        return JSONResponse(error.model_dump(exclude_none=True), status_code=422)
+    event = TaskSubmitted(
+        task_id=key_id or new_id(),
+        workload=body.workload,
+        size=body.size,
+        submitted_by=who.name,
     )
-    async def submit(
-        body: TaskBody,
-        who: Engineer,
-        response: Response,
-        idempotency_key: Annotated[
-            str | None, Header(alias=HEADER, description=IDEMPOTENCY_KEY_DOC)
-        ] = None,
-    ) -> Any:
-        """Submit a job (engineer role) to run once, on the device where it is expected to
-        finish first; placement picks it up from the log. An unknown workload or a size out of
-        bounds is a 422 naming what is accepted. With `Idempotency-Key` a retry is answered with
-        the task submitted first (header Idempotent-Replayed: true)."""
-        key_id = idempotency_id(idempotency_key, who, "POST /v1/tasks")
-        # The first look loads the workload registry (imports): off the event loop.
-        issue = await asyncio.to_thread(check_job, body.workload, body.size)
-        if issue is not None:
-            error = ErrorBody(error=f"invalid task: {issue.msg}", detail=[issue])
-            return JSONResponse(error.model_dump(exclude_none=True), status_code=422)
-        event = TaskSubmitted(
-            task_id=key_id or new_id(),
-            workload=body.workload,
-            size=body.size,
-            submitted_by=who.name,
-        )
-        env = envelope(
-            event,
-            actor=who.name,
-            source="gateway",
-            prefix=settings.subject_prefix,
-            event_id=key_id,
-        )
-        if key_id is None:
-            await bus.publish(env)
-        else:
-            asked = request_sha256(body.model_dump_json().encode())
-            try:
-                original = await append_once(bus, env, asked)
-            except KeyReused as error:
-                raise HTTPException(422, str(error)) from None
-            response.headers["Idempotent-Replayed"] = "false" if original is None else "true"
-            if original is not None:
-                event = TaskSubmitted.model_validate(original.envelope["data"])
-                env = Envelope.model_validate(original.envelope)
-        # Answer with the row once it is projected, so the caller's next GET finds the task.
-        deadline = asyncio.get_running_loop().time() + SUBMIT_VISIBLE_S
-        while asyncio.get_running_loop().time() < deadline:
-            row = await asyncio.to_thread(task_state, engine, event.task_id)
-            if row is not None:
-                return TaskOut.model_validate(task_json(row))
-            await asyncio.sleep(0.05)
-        when = env.time.isoformat()
-        return TaskOut(
-            task_id=event.task_id,
-            workload=event.workload,
-            size=event.size,
-            status="submitted",
-            submitted_by=who.name,
-            submitted_at=when,
-            attempt=0,
-            updated_at=when,
-        )
+    env = envelope(
+        event,
+        actor=who.name,
+        source="gateway",
+        prefix=settings.subject_prefix,
+        event_id=key_id,
+    )
+    if key_id is None:
+        await bus.publish(env)
+    else:
+        asked = request_sha256(body.model_dump_json().encode())
+        try:
+            original = await append_once(bus, env, asked)
+        except KeyReused as error:
+            raise HTTPException(422, str(error)) from None
+        response.headers["Idempotent-Replayed"] = "false" if original is None else "true"
+        if original is not None:
+            event = TaskSubmitted.model_validate(original.envelope["data"])
+            env = Envelope.model_validate(original.envelope)
+    # Answer with the row once it is projected, so the caller's next GET finds the task.
+    deadline = asyncio.get_running_loop().time() + SUBMIT_VISIBLE_S
+    while asyncio.get_running_loop().time() < deadline:
+        row = await asyncio.to_thread(task_state, engine, event.task_id)
+        if row is not None:
+            return TaskOut.model_validate(task_json(row))
+        await asyncio.sleep(0.05)
+    when = env.time.isoformat()
+    return TaskOut(
+        task_id=event.task_id,
+        workload=event.workload,
+        size=event.size,
+        status="submitted",
+        submitted_by=who.name,
+        submitted_at=when,
+        attempt=0,
+        updated_at=when,
+    )
 
-    @router.get("/v1/tasks", responses=READ_ERRORS)
-    async def list_tasks(
-        _: Viewer,
-        status: Annotated[TaskStatus | None, Query(description=_STATUS_HELP)] = None,
-        device: Annotated[
-            SafeId | None, Query(description="The device of the current attempt.")
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=500)] = 100,
-        before: Annotated[
-            datetime | None,
-            Query(
-                description="Only tasks submitted before this time (ISO 8601): the last "
-                "page's next_before."
-            ),
-        ] = None,
-    ) -> TasksPage:
-        """Tasks, newest first; page with `before` = the previous page's `next_before`."""
-        rows = await asyncio.to_thread(_list, engine, status, device, limit, before)
-        tasks = [TaskOut.model_validate(task_json(r)) for r in rows]
-        next_before = tasks[-1].submitted_at if len(tasks) == limit else None
-        return TasksPage(tasks=tasks, next_before=next_before)
 
-    @router.get("/v1/workloads", responses=READ_ERRORS)
-    async def workloads(_: Viewer) -> Workloads:
-        """The registered workloads and the sizes a task of each may have (what POST /v1/tasks
-        accepts), for forms that offer them."""
+@router.get("/v1/tasks", responses=READ_ERRORS)
+async def list_tasks(
+    engine: EngineDep,
+    _: Viewer,
+    status: Annotated[TaskStatus | None, Query(description=_STATUS_HELP)] = None,
+    device: Annotated[
+        SafeId | None, Query(description="The device of the current attempt.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    before: Annotated[
+        datetime | None,
+        Query(
+            description="Only tasks submitted before this time (ISO 8601): the last "
+            "page's next_before."
+        ),
+    ] = None,
+) -> TasksPage:
+    """Tasks, newest first; page with `before` = the previous page's `next_before`."""
+    rows = await asyncio.to_thread(_list, engine, status, device, limit, before)
+    tasks = [TaskOut.model_validate(task_json(r)) for r in rows]
+    next_before = tasks[-1].submitted_at if len(tasks) == limit else None
+    return TasksPage(tasks=tasks, next_before=next_before)
 
-        def bounds() -> list[WorkloadOut]:
-            return [
-                WorkloadOut(name=name, min_size=low, max_size=high)
-                for name in list_workloads()
-                for low, high in [size_bounds(name)]
-            ]
 
-        return Workloads(workloads=await asyncio.to_thread(bounds))
+@router.get("/v1/workloads", responses=READ_ERRORS)
+async def workloads(_: Viewer) -> Workloads:
+    """The registered workloads and the sizes a task of each may have (what POST /v1/tasks
+    accepts), for forms that offer them."""
 
-    @router.get("/v1/tasks/{task_id}", responses={**READ_ERRORS, **E404})
-    async def one_task(task_id: TaskId, _: Viewer) -> TaskOut:
-        """One task: where it was placed and why, its result or what it waits for, and the
-        reason of every abandoned attempt."""
-        row = await asyncio.to_thread(task_state, engine, task_id)
-        if row is None:
-            raise HTTPException(404, f"no task {task_id}")
-        return TaskOut.model_validate(task_json(row))
+    def bounds() -> list[WorkloadOut]:
+        return [
+            WorkloadOut(name=name, min_size=low, max_size=high)
+            for name in list_workloads()
+            for low, high in [size_bounds(name)]
+        ]
 
-    return router
+    return Workloads(workloads=await asyncio.to_thread(bounds))
+
+
+@router.get("/v1/tasks/{task_id}", responses={**READ_ERRORS, **E404})
+async def one_task(engine: EngineDep, task_id: TaskId, _: Viewer) -> TaskOut:
+    """One task: where it was placed and why, its result or what it waits for, and the
+    reason of every abandoned attempt."""
+    row = await asyncio.to_thread(task_state, engine, task_id)
+    if row is None:
+        raise HTTPException(404, f"no task {task_id}")
+    return TaskOut.model_validate(task_json(row))

@@ -371,28 +371,24 @@ class WhoAmI(BaseModel):
     expires_at: str | None = None  # the token's expiry (None: none, or a session)
 
 
-def auth_router(settings: Settings, engine: Engine) -> APIRouter:
-    """GET /v1/whoami. The app must also get `install_auth(app, settings, engine, bus)`."""
-    router = APIRouter(tags=["auth"])
+router = APIRouter(tags=["auth"])
 
-    # Unset fields left out: a bearer token's answer stays {name, role, token_id, via}.
-    @router.get("/v1/whoami", responses=ERRORS_401_403, response_model_exclude_none=True)
-    async def whoami(
-        request: Request, principal: Annotated[Principal, Depends(authenticated)]
-    ) -> WhoAmI:
-        """Who this request acts as: the token's holder, role and public id, and whether the
-        token came as a bearer header or as the login cookie."""
-        return WhoAmI(
-            name=principal.name,
-            role=principal.role,
-            token_id=principal.token_id,
-            via=getattr(request.state, "via", "bearer"),
-            session_id=principal.session_id,
-            identity=principal.identity,
-            expires_at=principal.expires_at.isoformat() if principal.expires_at else None,
-        )
 
-    return router
+@router.get("/v1/whoami", responses=ERRORS_401_403, response_model_exclude_none=True)
+async def whoami(
+    request: Request, principal: Annotated[Principal, Depends(authenticated)]
+) -> WhoAmI:
+    """Who this request acts as: the token's holder, role and public id, and whether the
+    token came as a bearer header or as the login cookie."""
+    return WhoAmI(
+        name=principal.name,
+        role=principal.role,
+        token_id=principal.token_id,
+        via=getattr(request.state, "via", "bearer"),
+        session_id=principal.session_id,
+        identity=principal.identity,
+        expires_at=principal.expires_at.isoformat() if principal.expires_at else None,
+    )
 
 
 async def login_exchange(request: Request, token: str) -> RedirectResponse | JSONResponse:

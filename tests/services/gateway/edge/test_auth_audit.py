@@ -34,8 +34,7 @@ from hpc_ds1.events import (
     envelope,
 )
 from hpc_ds1.services.gateway import create_app
-from hpc_ds1.services.gateway.api.audit import audit_router
-from hpc_ds1.services.gateway.edge.auth import auth_router, authenticated, install_auth, require
+from hpc_ds1.services.gateway.edge.auth import authenticated, install_auth, require
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, new_token, token_hash
@@ -48,11 +47,6 @@ TOKENS = {role: new_token() for role in ("viewer", "engineer", "admin", "agent",
 def build_app(settings: Settings, bus: EventBus, engine: Engine) -> FastAPI:
     app = create_app(settings, bus, engine)
     install_auth(app, settings, engine, bus)
-    paths = {getattr(r, "path", None) for r in app.routes}
-    if "/v1/whoami" not in paths:
-        app.include_router(auth_router(settings, engine))
-    if "/v1/audit" not in paths:
-        app.include_router(audit_router(settings, engine))
 
     # A stand-in for an engineer-only action (approvals are the lead's router).
     @app.post("/test/act")
