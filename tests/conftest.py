@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import Engine, select
-from sqlalchemy.engine import make_url
 
 from hpc_ds1 import log, workloads
 from hpc_ds1.bus import EventBus
@@ -33,12 +31,13 @@ from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres
 from hpc_ds1.runtime import run_service
 from hpc_ds1.settings import Settings
-from tests.commands import HPC_DS1, cli_env
 from tests.fleet.coordinator import CONFIG, SIZE, START_S, Coordinator, bearer
+from tests.support.commands import HPC_DS1, cli_env
+from tests.support.databases import create_database, drop_database, fresh_database
 
 log.configure("info", json=True)
 
-pytest_plugins = ("tests.measured",)
+pytest_plugins = ("tests.support.measured",)
 
 
 @pytest.fixture(autouse=True)
@@ -82,19 +81,11 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.stop()
 
 
-def _libpq(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 @pytest.fixture
 def database_url(postgres_url: str) -> Iterator[str]:
     """A fresh database per test, dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(postgres_url, "t") as url:
+        yield url
 
 
 @pytest.fixture
@@ -186,16 +177,11 @@ def coordinator(settings: Settings, engine: Any, tmp_path: Path) -> Iterator[Coo
 async def device_home(tmp_path: Path, nats_url: str, postgres_url: str) -> AsyncIterator[Settings]:
     """A device's own home as its setup leaves it: its own log (stream) and database, holding
     its local device and a measurement of the job the test submits."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     tag = uuid.uuid4().hex[:10]
     settings = Settings(
         home=tmp_path / "device-home",
         nats_url=nats_url,
-        database_url=make_url(postgres_url)
-        .set(database=name)
-        .render_as_string(hide_password=False),
+        database_url=create_database(postgres_url, "t"),
         stream=f"EV_{tag}",
         subject_prefix=f"t{tag}",
         log_json=True,
@@ -249,8 +235,7 @@ async def device_home(tmp_path: Path, nats_url: str, postgres_url: str) -> Async
                 await bus.js.delete_stream(stream)
         await bus.close()
         engine.dispose()
-        with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(postgres_url, settings.database_url)
 
 
 # `make pytest` runs two pytest-xdist workers (--dist loadscope). The unit of work is a module,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpc_ds1.model import Measurement
-from tests.measured import shared_across_workers
+from tests.support.measured import shared_across_workers
 
 
 def _one(size: int) -> Measurement:

@@ -18,8 +18,8 @@ from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.model import State
 from hpc_ds1.space import Config
-from tests.serving import cli_headers, start_serve, stop, wait_ready
-from tests.trained import home_with_model
+from tests.support.serving import cli_headers, start_serve, stop, wait_ready
+from tests.support.trained import home_with_model
 
 STATE = State(workload="gemm", size=64, config=Config(ranks=1, threads=1, tile=64), runtime_s=0.01)
 

@@ -22,7 +22,7 @@ from hpc_ds1.runner.command import command_argv, command_env, missing_programs
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import CommandWorkload, WorkloadFileError, load_workload_file
-from tests.commands import HPC_DS1, run_hpc
+from tests.support.commands import HPC_DS1, run_hpc
 
 ROOT = Path(__file__).resolve().parents[2]
 HPCC_TOML = ROOT / "examples" / "workloads" / "hpcc.toml"

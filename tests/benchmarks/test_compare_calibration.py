@@ -1,4 +1,4 @@
-"""The calibration benchmark's scoring on the tiny real measurement set (tests/measured.py):
+"""The calibration benchmark's scoring on the tiny real measurement set (tests/support/measured.py):
 one decision per held-out state, each figure a share. The figures are the benchmark's to print."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The runtime-model comparison's replay on the tiny real measurement set (tests/measured.py),
-its held-out runs standing in for a truth pass: every model replays every start of every cell,
-and a model compared with itself differs by exactly nothing. The figures are the benchmark's."""
+"""The runtime-model comparison's replay on the tiny real measurement set
+(tests/support/measured.py), its held-out runs standing in for a truth pass: every model replays
+every start of every cell, and a model compared with itself differs by exactly nothing. The
+figures are the benchmark's."""
 
 from __future__ import annotations
 

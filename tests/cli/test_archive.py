@@ -38,7 +38,7 @@ from hpc_ds1.events import (
 )
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import open_stack
-from tests.commands import hpc
+from tests.support.commands import hpc
 
 CONFIG = {"ranks": 1, "threads": 2, "tile": 64}
 OLD = datetime(2025, 3, 1, tzinfo=UTC)

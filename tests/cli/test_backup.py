@@ -36,8 +36,8 @@ from hpc_ds1.events import (
 from hpc_ds1.models_store import bucket_name, models_bucket, save_local
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import open_stack
-from tests.commands import cli_env, hpc
-from tests.streams import messages
+from tests.support.commands import cli_env, hpc
+from tests.support.streams import messages
 
 
 def story(prefix: str) -> list[Envelope]:

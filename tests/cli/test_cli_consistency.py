@@ -18,7 +18,7 @@ from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings
-from tests.commands import HPC_DS1, cli_env
+from tests.support.commands import HPC_DS1, cli_env
 
 # Long-running processes print a banner and their logs, not a result.
 DAEMONS = frozenset({"serve", "service", "agent"})

@@ -16,7 +16,7 @@ from hpc_ds1.evaluation import frozen as fz
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings
-from tests.commands import run_hpc
+from tests.support.commands import run_hpc
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from hpc_ds1.credentials import consume_login_token
-from tests.commands import HPC_DS1
+from tests.support.commands import HPC_DS1
 
 
 def login(home: Path) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from hpc_ds1.cli import main
 from hpc_ds1.model.schema import Measurement
 from hpc_ds1.settings import Settings
 from services.trainer.training import load_measurements
-from tests.commands import hpc
+from tests.support.commands import hpc
 
 
 async def test_an_observed_run_is_a_measurement_training_reads(

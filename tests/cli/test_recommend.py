@@ -1,5 +1,5 @@
 """`hpc-ds1 recommend` on a real model (trained on this machine's real measurements by the
-session fixtures of tests/measured.py) in a home of its own: the text line, the JSON, the
+session fixtures of tests/support/measured.py) in a home of its own: the text line, the JSON, the
 shell assignments a job script evals (in real bash), the #SBATCH header, and the refusals."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from hpc_ds1.cli import main
 from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
-from tests.commands import HPC_DS1
-from tests.measured import TINY
+from tests.support.commands import HPC_DS1
+from tests.support.measured import TINY
 
 SIZE = TINY["gemm"][1]
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from hpc_ds1.devicelock import device_lock
-from tests.commands import HPC_DS1
+from tests.support.commands import HPC_DS1
 
 
 def test_run_waits_for_the_device_lock(tmp_path: Path) -> None:

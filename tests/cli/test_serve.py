@@ -17,8 +17,8 @@ import httpx
 
 from hpc_ds1.infra.nats_server import leftover_servers
 from hpc_ds1.infra.ports import free_port
-from tests.commands import HPC_DS1
-from tests.serving import cli_headers, start_serve, stop, wait_ready
+from tests.support.commands import HPC_DS1
+from tests.support.serving import cli_headers, start_serve, stop, wait_ready
 
 
 def devices_registered(url: str, home: Path) -> list[dict]:

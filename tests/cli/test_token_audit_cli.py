@@ -13,7 +13,7 @@ from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import token_hash
-from tests.commands import hpc
+from tests.support.commands import hpc
 
 
 def token_rows(engine: Engine) -> list[dict[str, object]]:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, insert, select
 from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.settings import Settings
-from tests.commands import hpc
+from tests.support.commands import hpc
 
 
 async def test_a_token_with_an_expiry_its_last_use_and_a_revocation_with_a_reason(

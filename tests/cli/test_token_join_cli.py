@@ -27,7 +27,7 @@ from hpc_ds1.events import Event, TokenCreated, TokenUsed, envelope
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import token_hash
-from tests.commands import hpc
+from tests.support.commands import hpc
 
 
 def test_ttl_and_uses_are_parsed_within_bounds() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import ALL_ACTIONS
-from tests.commands import run_hpc
+from tests.support.commands import run_hpc
 from tests.workloads.gridapp import write_grid_toml
 from tests.workloads.heatapp import build_heat, write_heat_toml
 

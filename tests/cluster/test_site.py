@@ -38,9 +38,9 @@ from hpc_ds1.infra.nats_server import NatsUser
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres, _bin
 from hpc_ds1.settings import Settings
-from tests.commands import HPC_DS1
 from tests.deploy.processes import give_model
-from tests.serving import cli_headers, start_serve, stop, wait_ready
+from tests.support.commands import HPC_DS1
+from tests.support.serving import cli_headers, start_serve, stop, wait_ready
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "site-infrastructure.md"
 DOC_PASSWORD = "choose-a-long-random-password"  # the placeholder of the page's SQL
@@ -306,7 +306,7 @@ def test_serve_on_the_site_cluster_and_postgres(
     process = start_serve(home, port, HPC_DS1_DATABASE_URL=site.url(), **environment)
     output = ""
     try:
-        from tests.trained import trained_on
+        from tests.support.trained import trained_on
 
         device_id = fingerprint().device_id
         version, onnx = trained_on(fingerprint())

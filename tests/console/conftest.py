@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from hpc_ds1.credentials import read_cli_token, read_join_token
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
 from hpc_ds1.workloads import get_workload
-from tests.commands import HPC_DS1, cli_env
+from tests.support.commands import HPC_DS1, cli_env
+from tests.support.databases import create_database, drop_database
 
 BROWSER = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
@@ -148,21 +147,17 @@ def _wait(what: str, check: Any, within_s: float, console: Console | None = None
 def console_settings(
     tmp_path_factory: pytest.TempPathFactory, nats_url: str, postgres_url: str
 ) -> Iterator[Settings]:
-    name = f"console_{uuid.uuid4().hex[:10]}"
-    libpq = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    database_url = create_database(postgres_url, "console")
     tag = uuid.uuid4().hex[:10]
     yield Settings(
         home=tmp_path_factory.mktemp("console") / "home",
         nats_url=nats_url,
-        database_url=make_url(postgres_url).set(database=name).render_as_string(False),
+        database_url=database_url,
         stream=f"CON_{tag}",
         subject_prefix=f"c{tag}",
         log_json=True,
     )
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(postgres_url, database_url)
 
 
 @pytest.fixture(scope="package")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import ssl
-import time
 from collections.abc import Iterator
 from math import floor
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from hpc_ds1.credentials import owner_name
 from hpc_ds1.infra.tls import HomeTLS
 from hpc_ds1.space import ALL_ACTIONS
+from tests.support.waiting import wait_for
 
 from .conftest import WORKLOAD, Console, bearer, non_loopback_ipv4
 
@@ -72,17 +72,6 @@ def login(browser: Any, console: Console, host: str = "127.0.0.1", scheme: str =
 
 def text_of(page: Any, selector: str) -> str:
     return " ".join(page.locator(selector).inner_text().split())
-
-
-def wait_until(what: str, check: Any, within_s: float = 60) -> Any:
-    deadline = time.monotonic() + within_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"{what} within {within_s:.0f} s (last: {last!r})")
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +322,7 @@ def test_approving_from_the_page_moves_the_session_on(admin: Any, console: Conso
         rows = console.get("/v1/approvals?status=decided")["approvals"]
         return next((a for a in rows if a["approval_id"] == approval["approval_id"]), None)
 
-    done = wait_until("the approval recorded", decided, 30)
+    done = wait_for("the approval recorded", decided, 30)
     assert done["status"] == "approved" and done["decided_by"] == owner_name(), done
     assert done["note"] == "checked in the browser test", done
 
@@ -344,13 +333,13 @@ def test_approving_from_the_page_moves_the_session_on(admin: Any, console: Conso
         grown = len(now["events"]) > len(before["events"]) + 1
         return now if grown and now["status"] in ("paused", "finished") else None
 
-    after = wait_until("the session moved on and settled", moved_on, 90)
+    after = wait_for("the session moved on and settled", moved_on, 90)
     steps = [e for e in after["events"] if e["seq"] > before["events"][-1]["seq"]]
     types = [e["type"] for e in steps]
     assert "session.resumed" in types, types
     assert "session.step_run" in types or "session.finished" in types, types
     # The page follows without a reload: the approved move leaves the queue.
-    wait_until(
+    wait_for(
         "the approved move left the page's queue",
         lambda: (
             page.locator(

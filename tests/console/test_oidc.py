@@ -22,7 +22,7 @@ import pytest
 
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.workloads import get_workload
-from tests.commands import HPC_DS1, cli_env
+from tests.support.commands import HPC_DS1, cli_env
 
 from .conftest import WORKLOAD, Console, _wait
 from .oidc import ACCOUNTS, OidcProvider, node_modules, signing_key

@@ -22,14 +22,13 @@ from typing import Any
 
 import httpx
 import orjson
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from hpc_ds1.credentials import read_cli_token, read_join_token
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
-from tests.commands import HPC_DS1, cli_env
+from tests.support.commands import HPC_DS1, cli_env
+from tests.support.databases import create_database, drop_database
 
 WORKLOAD = "montecarlo"
 SIZES = (200_000,)
@@ -72,15 +71,12 @@ def wait(what: str, check: Callable[[], Any], within_s: float, served: Served | 
 def served(
     tmp_path_factory: pytest.TempPathFactory, nats_url: str, postgres_url: str
 ) -> Iterator[Served]:
-    name = f"snip_{uuid.uuid4().hex[:10]}"
-    libpq = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    database_url = create_database(postgres_url, "snip")
     tag = uuid.uuid4().hex[:10]
     settings = Settings(
         home=tmp_path_factory.mktemp("snippets") / "home",
         nats_url=nats_url,
-        database_url=make_url(postgres_url).set(database=name).render_as_string(False),
+        database_url=database_url,
         stream=f"SNIP_{tag}",
         subject_prefix=f"s{tag}",
         log_json=True,
@@ -147,8 +143,7 @@ def served(
             proc.wait(10)
         out.close()
         err.close()
-        with psycopg.connect(libpq, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(postgres_url, database_url)
 
 
 @pytest.fixture(scope="module")

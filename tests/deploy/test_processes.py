@@ -14,10 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import Engine, select
-from sqlalchemy.engine import make_url
 
 from hpc_ds1.audit import verify
 from hpc_ds1.db import make_engine, tables
@@ -34,6 +32,8 @@ from tests.deploy.processes import (
     statuses,
     stream_ids,
 )
+from tests.support.databases import create_database, drop_database
+from tests.support.waiting import wait_for
 
 DECIDE = {
     "workload": "gemm",
@@ -49,27 +49,23 @@ CLIENTS = 3
 def deploy_settings(
     tmp_path_factory: pytest.TempPathFactory, nats_url: str, postgres_url: str
 ) -> Iterator[Settings]:
-    name = f"deploy_{uuid.uuid4().hex[:10]}"
-    libpq = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    database_url = create_database(postgres_url, "deploy")
     tag = uuid.uuid4().hex[:10]
     yield Settings(
         home=tmp_path_factory.mktemp("deploy") / "home",
         nats_url=nats_url,
-        database_url=make_url(postgres_url).set(database=name).render_as_string(False),
+        database_url=database_url,
         stream=f"DEP_{tag}",
         subject_prefix=f"d{tag}",
         port=free_port(),
         log_json=True,
     )
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(postgres_url, database_url)
 
 
 @pytest.fixture(scope="module")
 def model_onnx(trained: TrainedModel) -> tuple[str, bytes]:
-    """The session's model trained on tiny real runs of this machine (tests/measured.py)."""
+    """The session's model trained on tiny real runs of this machine (tests/support/measured.py)."""
     return str(trained.version), trained.to_onnx()
 
 
@@ -102,16 +98,6 @@ def engine(deploy_settings: Settings) -> Iterator[Engine]:
     eng.dispose()
 
 
-def wait_for(what: str, check: Any, within_s: float = 180.0, every_s: float = 0.3) -> Any:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(every_s)
-    raise AssertionError(f"{what}: not within {within_s:g} s")
-
-
 def event_types(engine: Engine, subject_part: str) -> list[str]:
     e = tables.events
     with engine.connect() as conn:
@@ -133,6 +119,7 @@ def test_a_decision_a_session_with_an_approval_and_a_task_through_separate_proce
     wait_for(
         "the decision's row",
         lambda: count(engine, tables.decisions, tables.decisions.c.decision_id == decision_id),
+        within_s=180,
     )
     # A session: the coordinator runs each step on the agent and waits for an engineer.
     started = http.post(
@@ -230,8 +217,10 @@ def test_replicas_share_the_load_and_a_killed_one_loses_nothing(
         within_s=180,
         every_s=1.0,
     )
-    wait_for("two gateway replicas", lambda: _replicas_seen(deployment.url, headers) == 2)
-    wait_for("the second projector to stand by", lambda: standby.logged("standby"))
+    wait_for(
+        "two gateway replicas", lambda: _replicas_seen(deployment.url, headers) == 2, within_s=180
+    )
+    wait_for("the second projector to stand by", lambda: standby.logged("standby"), within_s=180)
     assert standby.logged("standby")[0]["active"].startswith(
         f"hpc-ds1 projector pid {first_projector.pid}"
     )
@@ -249,7 +238,12 @@ def test_replicas_share_the_load_and_a_killed_one_loses_nothing(
     ]
     for client in clients:
         client.start()
-    wait_for("a third of the load", lambda: len(results) >= LOAD_REQUESTS // 3, every_s=0.05)
+    wait_for(
+        "a third of the load",
+        lambda: len(results) >= LOAD_REQUESTS // 3,
+        every_s=0.05,
+        within_s=180,
+    )
     answered = {s["pid"]: s["answered"] for s in statuses(deploy_settings, "decision")}
     # Mid-load: kill -9 one gateway, one decision replica and the active projector.
     first_gateway.kill9()

@@ -15,8 +15,8 @@ import psutil
 
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.runtime import SERVICES
-from tests.commands import HPC_DS1
-from tests.serving import wait_ready
+from tests.support.commands import HPC_DS1
+from tests.support.serving import wait_ready
 
 
 def start(home: Path, port: int) -> subprocess.Popen[str]:

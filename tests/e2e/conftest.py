@@ -9,9 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from hpc_ds1.hardware import fingerprint
 from hpc_ds1.settings import Settings
@@ -20,6 +18,7 @@ from hpc_ds1.space import ConfigSpace
 from hpc_ds1.stack import open_stack
 from hpc_ds1.subjects import train_subject
 from hpc_ds1.workloads import get_workload
+from tests.support.databases import create_database, drop_database
 
 TINY_SIZES = {"gemm": [192, 288, 384], "montecarlo": [200_000, 400_000]}
 
@@ -28,22 +27,18 @@ TINY_SIZES = {"gemm": [192, 288, 384], "montecarlo": [200_000, 400_000]}
 def e2e_settings(
     tmp_path_factory: pytest.TempPathFactory, nats_url: str, postgres_url: str
 ) -> Iterator[Settings]:
-    name = f"e2e_{uuid.uuid4().hex[:10]}"
-    libpq = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    database_url = create_database(postgres_url, "e2e")
     tag = uuid.uuid4().hex[:10]
     yield Settings(
         home=tmp_path_factory.mktemp("e2e") / "home",
         nats_url=nats_url,
-        database_url=make_url(postgres_url).set(database=name).render_as_string(False),
+        database_url=database_url,
         stream=f"E2E_{tag}",
         subject_prefix=f"e{tag}",
         port=0,
         log_json=True,
     )
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(postgres_url, database_url)
 
 
 @pytest.fixture(scope="package")

@@ -19,7 +19,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.stack import open_stack
 from hpc_ds1.subjects import decide_subject
-from tests.commands import HPC_DS1, cli_env
+from tests.support.commands import HPC_DS1, cli_env
 
 from .tokens import bearer, grant
 

@@ -21,7 +21,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.subjects import train_subject
-from tests.commands import HPC_DS1, cli_env
+from tests.support.commands import HPC_DS1, cli_env
 
 from .tokens import bearer, grant
 

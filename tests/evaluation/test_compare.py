@@ -14,7 +14,7 @@ from hpc_ds1.model.replay import model_session, rerun
 from hpc_ds1.model.transfer import BANDWIDTHS
 from hpc_ds1.runner.keep import DEFAULT_RULE, OLD_RULE
 from hpc_ds1.space import Config
-from tests.measured import HELD_OUT
+from tests.support.measured import HELD_OUT
 
 
 def test_a_rerun_is_seeded_by_the_configuration_and_its_index_alone() -> None:

@@ -1,5 +1,5 @@
-"""The whole evaluation on really measured tiny sizes (tests/measured.py): every table filled
-from the held-out landscape, and the honesty rules."""
+"""The whole evaluation on really measured tiny sizes (tests/support/measured.py): every table
+filled from the held-out landscape, and the honesty rules."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hpc_ds1.evaluation.policies import POLICIES
 from hpc_ds1.evaluation.report import render
 from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.model import Measurement, Model, State, TrainedModel, train
-from tests.measured import HELD_OUT
+from tests.support.measured import HELD_OUT
 
 
 @pytest.fixture(scope="module")

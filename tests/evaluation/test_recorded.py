@@ -15,7 +15,7 @@ from hpc_ds1.evaluation.recorded import POLICIES, landscape_of, recorded_measure
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import ConfigSpace, knob_view
 from hpc_ds1.workloads import load_workload_file
-from tests.commands import run_hpc
+from tests.support.commands import run_hpc
 
 DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
 CACHE = DATA / "convolution_milo_A6000_cut.json"

@@ -22,8 +22,8 @@ from hpc_ds1.fleet.client import device_file, load_identity
 from hpc_ds1.hardware import fingerprint
 from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings
-from tests.commands import HPC_DS1, cli_env
 from tests.fleet.coordinator import SIZE, Coordinator, bearer, stop_agent
+from tests.support.commands import HPC_DS1, cli_env
 
 
 def nats_url_of(settings: Settings) -> str:

@@ -5,20 +5,11 @@ the coordinator's ticks read the watch, not the bucket key by key."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.fleet.liveness import BeatWatch, Heartbeat, beat, liveness_bucket
 from hpc_ds1.settings import Settings
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+from tests.support.waiting import until
 
 
 async def test_the_watch_has_every_beat_as_it_is_put(bus: EventBus, settings: Settings) -> None:
@@ -35,12 +26,16 @@ async def test_the_watch_has_every_beat_as_it_is_put(bus: EventBus, settings: Se
 
         await beat(kv, Heartbeat(device_id="dev-a", time=5.0))
         await beat(kv, Heartbeat(device_id="dev-c", time=6.0))
-        await until(lambda: "dev-c" in watch.beats and watch.beats["dev-a"].time == 5.0, "beats")
+        await until(
+            "beats",
+            lambda: "dev-c" in watch.beats and watch.beats["dev-a"].time == 5.0,
+            within_s=10.0,
+        )
         await kv.delete("dev-b")
-        await until(lambda: "dev-b" not in watch.beats, "the deleted key to leave")
+        await until("the deleted key to leave", lambda: "dev-b" not in watch.beats, within_s=10.0)
         await kv.put("dev-d", b"not a heartbeat")
         await beat(kv, Heartbeat(device_id="dev-e", time=7.0))
-        await until(lambda: "dev-e" in watch.beats, "the beat after a malformed one")
+        await until("the beat after a malformed one", lambda: "dev-e" in watch.beats, within_s=10.0)
         assert "dev-d" not in watch.beats
     finally:
         stop.set()

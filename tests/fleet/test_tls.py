@@ -45,7 +45,7 @@ from hpc_ds1.fleet.client import (
 )
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port, wait_for_port
-from tests.commands import HPC_DS1
+from tests.support.commands import HPC_DS1
 
 TOKEN = "hds1_" + "t" * 40
 

@@ -27,8 +27,8 @@ from hpc_ds1.model.onnx_graph import build
 from hpc_ds1.model.schema import waits_for_engineer
 from hpc_ds1.model.transfer import blended_deltas
 from hpc_ds1.space import ALL_ACTIONS, STOP, Config, ConfigSpace, apply_move, neighbours
-from tests.measured import HELD_OUT, TINY
 from tests.model.states import training_states
+from tests.support.measured import HELD_OUT, TINY
 
 
 def test_measurements_are_real_and_teach_several_moves(measurements: list[Measurement]) -> None:

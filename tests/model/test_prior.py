@@ -1,7 +1,7 @@
 """Issue 13, part 2: the transfer prior travels in the model file and System 1 blends it in with
 the weight leave-one-size-out chose; the confidence of a decision is calibrated against "not
 slower" by isotonic tables in the file. Synthetic data where the figures are checked; the shared
-tiny model (tests/measured.py) where the wiring is, with exact relations only."""
+tiny model (tests/support/measured.py) where the wiring is, with exact relations only."""
 
 from __future__ import annotations
 

@@ -12,8 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -27,6 +25,7 @@ from hpc_ds1.runner.procs import MARKER_VAR, kill_marked
 from hpc_ds1.space import Config
 from hpc_ds1.workloads import command_workload, register, unregister
 from tests.runner import plugins
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Config(ranks=2, threads=1, tile=1)
@@ -56,16 +55,10 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {WAIT_S:g} s: {what}")
-        time.sleep(0.1)
-
-
 def rank_pids(pid_dir: Path, count: int = 2) -> list[int]:
-    wait_for(lambda: len(list(pid_dir.glob("*.pid"))) >= count, "the ranks started")
+    wait_for(
+        "the ranks started", lambda: len(list(pid_dir.glob("*.pid"))) >= count, within_s=WAIT_S
+    )
     return [int(p.read_text()) for p in pid_dir.glob("*.pid")]
 
 
@@ -98,9 +91,11 @@ def test_runner_killed_mid_job_takes_the_job_with_it_and_then_frees_the_device(
         assert not lock_is_free(home)
         runner.kill()
         runner.wait()
-        wait_for(lambda: not any(alive(p.pid) for p in job), "every job process died")
+        wait_for(
+            "every job process died", lambda: not any(alive(p.pid) for p in job), within_s=WAIT_S
+        )
         assert not [pid for pid in ranks if alive(pid)]
-        wait_for(lambda: lock_is_free(home), "the device lock was freed")
+        wait_for("the device lock was freed", lambda: lock_is_free(home), within_s=WAIT_S)
     finally:
         runner.kill()
         for proc in job:
@@ -119,7 +114,7 @@ def test_leftovers_of_a_dead_runner_and_guard_are_killed_by_the_next_holder(
         marker = guard.environ()[MARKER_VAR]
         assert marker in (home / "device.lock").read_text()  # the running job is on record
         guard.kill()  # the guard first, so nothing is left to clean up after the runner
-        wait_for(lambda: not alive(guard.pid), "the guard died")
+        wait_for("the guard died", lambda: not alive(guard.pid), within_s=WAIT_S)
         runner.kill()
         runner.wait()
         assert [pid for pid in ranks if alive(pid)]  # orphans: they would run on for an hour
@@ -152,7 +147,7 @@ def test_a_rank_kills_itself_past_its_deadline(tmp_path: Path) -> None:
         return len(ranks) == 2 or proc.poll() is not None
 
     try:
-        wait_for(ranks_seen, "the ranks started")
+        wait_for("the ranks started", ranks_seen, within_s=WAIT_S)
         out, _ = proc.communicate(timeout=WAIT_S)  # an hour without the deadline
         assert proc.returncode != 0
         assert "Alarm clock" in out or "signal 14" in out
@@ -244,9 +239,9 @@ def test_a_signal_to_the_guard_kills_the_job(tmp_path: Path) -> None:
     from hpc_ds1.runner.procs import Process
 
     with Process([sys.executable, "-c", body], job_env(1)) as proc:
-        wait_for(marker.exists, "the command started")
-        wait_for(lambda: marker.read_text() != "", "the command wrote its pid")
+        wait_for("the command started", marker.exists, within_s=WAIT_S)
+        wait_for("the command wrote its pid", lambda: marker.read_text() != "", within_s=WAIT_S)
         child = int(marker.read_text())
         os.kill(proc.popen.pid, signal.SIGTERM)
         assert proc.wait(WAIT_S) is not None
-        wait_for(lambda: not alive(child), "the command died with its guard")
+        wait_for("the command died with its guard", lambda: not alive(child), within_s=WAIT_S)

@@ -25,7 +25,7 @@ from hpc_ds1.runner import Job, Status, run, run_repeats, run_timeout
 from hpc_ds1.runner.inflight import InFlight, Running, elapsed_words, job_words
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import CommandWorkload, WorkloadFileError, load_workload_file
-from tests.commands import HPC_DS1
+from tests.support.commands import HPC_DS1
 
 # Each rank writes its pid (and its parent's: the launcher's proxy) into PID_DIR, says so on
 # stdout, then sleeps {size} seconds and prints its runtime.

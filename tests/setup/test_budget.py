@@ -14,7 +14,7 @@ from sqlalchemy import Engine, select
 from hpc_ds1.db import tables
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup.budget import Budget, BudgetError
-from tests.commands import run_hpc
+from tests.support.commands import run_hpc
 
 DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
 

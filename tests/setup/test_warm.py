@@ -15,8 +15,8 @@ from sqlalchemy import Engine, select
 from hpc_ds1.db import tables
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
-from tests.commands import HPC_DS1, run_hpc
-from tests.serving import cli_headers, start_serve, stop, wait_ready
+from tests.support.commands import HPC_DS1, run_hpc
+from tests.support.serving import cli_headers, start_serve, stop, wait_ready
 
 DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
 

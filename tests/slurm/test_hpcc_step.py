@@ -21,8 +21,8 @@ from hpc_ds1.runner import Status, run
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import CommandWorkload, load_workload_file
-from tests.commands import HPC_DS1, cli_env, run_hpc
 from tests.slurm.cluster import SlurmCluster
+from tests.support.commands import HPC_DS1, cli_env, run_hpc
 
 ROOT = Path(__file__).resolve().parents[2]
 HPCC_TOML = ROOT / "examples" / "workloads" / "hpcc.toml"

@@ -1,7 +1,7 @@
 """examples/slurm/job.sh, submitted with sbatch to the session's real Slurm: it evals
 `hpc-ds1 recommend --format env` (a model trained on this machine's real tiny measurements,
-tests/measured.py), starts the recommended ranks with srun, times them and records the runtime
-with `hpc-ds1 observe`, which lands in the home's measurements with that configuration."""
+tests/support/measured.py), starts the recommended ranks with srun, times them and records the
+runtime with `hpc-ds1 observe`, which lands in the home's measurements with that configuration."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings
 from services.trainer.training import load_measurements
-from tests.commands import HPC_DS1, cli_env
-from tests.measured import TINY
 from tests.slurm.cluster import SlurmCluster
+from tests.support.commands import HPC_DS1, cli_env
+from tests.support.measured import TINY
 
 SCRIPT = Path(__file__).parents[2] / "examples" / "slurm" / "job.sh"
 SIZE = TINY["gemm"][1]

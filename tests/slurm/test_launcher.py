@@ -14,8 +14,8 @@ import pytest
 
 from hpc_ds1.runner import InvalidJob, launch, run
 from hpc_ds1.space import Config
-from tests.commands import HPC_DS1
 from tests.slurm.cluster import SlurmCluster
+from tests.support.commands import HPC_DS1
 
 MPI_PROBE = (
     "from mpi4py import MPI; c = MPI.COMM_WORLD; "

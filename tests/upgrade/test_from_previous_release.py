@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from hpc_ds1.infra.ports import free_port
-from tests.commands import HPC_DS1
-from tests.serving import cli_headers, start_serve, stop, wait_ready
+from tests.support.commands import HPC_DS1
+from tests.support.serving import cli_headers, start_serve, stop, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = re.compile(r"^## (v\d+\.\d+\.\d+) .*\(commit ([0-9a-f]{40})\)", re.MULTILINE)

@@ -16,7 +16,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace, neighbours
 from hpc_ds1.workloads import WorkloadFileError, load_workload_file
 from hpc_ds1.workloads.recorded_space import RecordedSpace
-from tests.commands import run_hpc
+from tests.support.commands import run_hpc
 
 DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
 CACHE = DATA / "convolution_milo_A6000_cut.json"

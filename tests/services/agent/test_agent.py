@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,8 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.subjects import agent_run_subject
 from hpc_ds1.workloads import command_workload, get_workload, register, unregister
-from tests.commands import HPC_DS1
+from tests.support.commands import HPC_DS1
+from tests.support.waiting import until
 
 WAIT_S = 90.0
 ONE_RANK = {"ranks": 1, "threads": 1, "tile": 1}
@@ -47,14 +47,6 @@ MONTECARLO = {**ONE_RANK, "tile": get_workload("montecarlo").default_tile}
 def ask(workload: str, size: int, config: dict[str, Any] | None = None) -> bytes:
     request = RunRequest(workload=workload, size=size, config=config or ONE_RANK, repeats=1)
     return request.model_dump_json().encode()
-
-
-async def wait_until(condition: Any, what: str) -> None:
-    end = time.monotonic() + WAIT_S
-    while not await condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {WAIT_S:g} s: {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -176,7 +168,7 @@ async def test_a_measurement_that_cannot_be_recorded_is_answered_with_the_result
         async def registered() -> bool:
             return await stack.bus.last_sequence() >= 1
 
-        await wait_until(registered, "the agent registered its device")
+        await until("the agent registered its device", registered, within_s=WAIT_S)
         await stack.bus.js.delete_stream(settings.stream)  # every publish now fails
         reply = await stack.bus.nc.request(subject, ask("test-order", 5), timeout=WAIT_S)
     answer = orjson.loads(reply.data)
@@ -264,7 +256,7 @@ async def test_sigterm_kills_the_running_job_and_the_agent_exits(
             job = psutil.Process(proc.pid).children(recursive=True)
             return any("hpc_ds1.runner.rank" in command_line(p) for p in job)
 
-        await wait_until(ranks_running, "the job's rank runs")
+        await until("the job's rank runs", ranks_running, within_s=WAIT_S)
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, WAIT_S) == 0
         answer = orjson.loads((await running).data)

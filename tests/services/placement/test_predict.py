@@ -1,5 +1,5 @@
 """A device's prediction comes from its own model's System 1 (the tiny real model of
-tests/measured.py): its configuration and runtime; a job in its measured range on its own
+tests/support/measured.py): its configuration and runtime; a job in its measured range on its own
 hardware is accepted, the familiarity guard's reasons (size range, other hardware) reject one."""
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ async def test_a_task_goes_to_the_lower_measured_runtime_at_its_best_config(
 async def test_without_a_measurement_the_devices_own_model_predicts_and_its_guard_is_heard(
     settings: Settings, bus: EventBus, trained: TrainedModel, fp: Fingerprint
 ) -> None:
-    """The model (tests/measured.py: gemm 48-96 measured on this machine) goes to the models
+    """The model (tests/support/measured.py: gemm 48-96 measured on this machine) goes to the models
     bucket like an uploaded one; placement loads it from there and asks it, with the device's
     own fingerprint."""
     data = trained.to_onnx()

@@ -17,7 +17,7 @@ from hpc_ds1.runtime import run_services
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
 from hpc_ds1.subjects import status_subject
-from tests.commands import hpc
+from tests.support.commands import hpc
 
 from .events import measurement, wrap
 from .projection import checkpoint, count, run_until, snapshot

@@ -30,7 +30,7 @@ from hpc_ds1.events import (
 from hpc_ds1.fleet.liveness import Heartbeat, beat, liveness_bucket
 from hpc_ds1.services.gateway import _listen, create_app
 from hpc_ds1.settings import Settings
-from tests.commands import hpc
+from tests.support.commands import hpc
 
 from ..conftest import ROLE_TOKENS
 from ..fleet_fixtures import (

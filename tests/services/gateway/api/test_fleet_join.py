@@ -47,8 +47,8 @@ from hpc_ds1.services.gateway.api import fleet as fleet_api
 from hpc_ds1.services.gateway.edge.ratelimit import is_loopback
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import Principal, lookup, new_token, token_hash
-from tests.commands import HPC_DS1, hpc
-from tests.serving import cli_headers, start_serve, stop, wait_ready
+from tests.support.commands import HPC_DS1, hpc
+from tests.support.serving import cli_headers, start_serve, stop, wait_ready
 
 from ..conftest import ROLE_TOKENS
 from ..fleet_fixtures import (

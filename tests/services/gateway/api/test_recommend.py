@@ -1,5 +1,6 @@
 """POST /v1/recommend on a real model (trained on this machine's real measurements by the
-session fixtures of tests/measured.py), published as a model event and folded into Postgres."""
+session fixtures of tests/support/measured.py), published as a model event and folded into
+Postgres."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-from tests.measured import TINY
+from tests.support.measured import TINY
 
 from ..conftest import as_role, fold
 from ..fleet_fixtures import FINGERPRINT

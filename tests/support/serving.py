@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.commands import HPC_DS1
+from tests.support.commands import HPC_DS1
 
 
 def start_serve(
