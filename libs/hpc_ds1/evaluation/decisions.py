@@ -10,9 +10,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from hpc_ds1.model import Model, Thresholds
 from hpc_ds1.model.calibration import (
     WORSE,
+    ece,
     move_good,
     move_not_slower,
     move_unattended,
@@ -146,6 +149,15 @@ def _share(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
+def came_true(c: Checked, not_slower: bool, good: bool, unattended: bool) -> bool:
+    """Whether the decision came out as its confidence states it would, for each label."""
+    if unattended:
+        return c.unattended
+    if good:
+        return c.good
+    return (not c.slower) if not_slower else c.right
+
+
 def reliability(
     checks: Sequence[Checked],
     *,
@@ -158,13 +170,6 @@ def reliability(
     with `good`, the share of good decisions (Checked.good); with `unattended`, the share right
     to run unattended (Checked.unattended)."""
 
-    def came_true(c: Checked) -> bool:
-        if unattended:
-            return c.unattended
-        if good:
-            return c.good
-        return (not c.slower) if not_slower else c.right
-
     rows = []
     for lo, hi in itertools.pairwise(BIN_EDGES):
         inside = [c for c in checks if lo <= c.confidence < hi or (hi == 1.0 and c.confidence == 1)]
@@ -175,20 +180,28 @@ def reliability(
                 "bin": f"{lo:.2f}–{hi:.2f}",  # noqa: RUF001
                 "decisions": len(inside),
                 "mean_confidence": round(sum(c.confidence for c in inside) / len(inside), 4),
-                "accuracy": round(sum(came_true(c) for c in inside) / len(inside), 4),
+                "accuracy": round(
+                    sum(came_true(c, not_slower, good, unattended) for c in inside) / len(inside), 4
+                ),
             }
         )
     return rows
 
 
-def _ece(table: Sequence[dict[str, Any]]) -> float | None:
-    """Expected calibration error of a reliability table: |confidence - accuracy| per bin,
-    weighted by the bin's share of the decisions."""
-    n = sum(r["decisions"] for r in table)
-    if not n:
+def _ece(
+    checks: Sequence[Checked],
+    *,
+    not_slower: bool = False,
+    good: bool = False,
+    unattended: bool = False,
+) -> float | None:
+    """The expected calibration error (model.calibration.ece, over the reliability table's
+    bins) of the confidence against one label; None without decisions."""
+    if not checks:
         return None
-    gap = sum(r["decisions"] / n * abs(r["mean_confidence"] - r["accuracy"]) for r in table)
-    return round(gap, 4)
+    stated = np.array([c.confidence for c in checks])
+    true = np.array([came_true(c, not_slower, good, unattended) for c in checks])
+    return round(ece(stated, true), 4)
 
 
 def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> dict[str, Any]:
@@ -208,19 +221,19 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "auto_moves": len(auto),
         "auto_right": _share(sum(c.right for c in auto), len(auto)),
         "auto_not_slower": _share(sum(not c.slower for c in auto), len(auto)),
-        "ece": _ece(table),
+        "ece": _ece(checks),
         "not_slower": _share(sum(not c.slower for c in checks), n),
-        "ece_not_slower": _ece(lenient),
+        "ece_not_slower": _ece(checks, not_slower=True),
         # A STOP is slower when it leaves a neighbour faster beyond the noise behind (before
         # 1 Dec 2026 a STOP was never slower); the moves alone are scored apart as well.
         "moves": len(moves),
         "moves_not_slower": _share(sum(not c.slower for c in moves), len(moves)),
-        "ece_not_slower_moves": _ece(reliability(moves, not_slower=True)),
-        "ece_good_moves": _ece(reliability(moves, good=True)),
+        "ece_not_slower_moves": _ece(moves, not_slower=True),
+        "ece_good_moves": _ece(moves, good=True),
         "reliability": table,
         "reliability_not_slower": lenient,
         "good": _share(sum(c.good for c in checks), n),
-        "ece_good": _ece(strict),
+        "ece_good": _ece(checks, good=True),
         "auto_good": _share(sum(c.good for c in auto), len(auto)),
         "reliability_good": strict,
         "good_means": "a move at most 2 % slower; STOP with no neighbour more than 2 % faster "
@@ -232,7 +245,7 @@ def calibration_summary(checks: Sequence[Checked], thresholds: Thresholds) -> di
         "beyond the noise, else STOP)",
         # issue 43: the label the confidence should now state, and whether it discriminates
         "unattended": _share(sum(c.unattended for c in checks), n),
-        "ece_unattended": _ece(unattended),
+        "ece_unattended": _ece(checks, unattended=True),
         "auto_unattended": _share(sum(c.unattended for c in auto), len(auto)),
         "reliability_unattended": unattended,
         "unattended_means": "right to run unattended: a move makes the job faster beyond the "

@@ -231,14 +231,16 @@ def worse_than_best(ends_s: float | None, here_s: float, neighbours_s: Sequence[
     return ends_s is None or ends_s >= best * (1.0 + WORSE)
 
 
-def ece(confidence: Array, good: Array) -> float:
-    """Expected calibration error over the evaluation's confidence bins."""
+def ece(confidence: Array, good: Array, edges: Sequence[float] = BIN_EDGES) -> float:
+    """The expected calibration error: |stated - observed| per confidence bin (`edges`, the
+    last bin closed), weighted by the bin's share. The one ECE of the code base: training, the
+    move model's metrics (ten equal bins) and the evaluation's reliability tables use it."""
     confidence, good = np.asarray(confidence, dtype=float), np.asarray(good, dtype=float)
     n = len(confidence)
     if not n:
         return 0.0
     total = 0.0
-    for lo, hi in itertools.pairwise(BIN_EDGES):
+    for lo, hi in itertools.pairwise(edges):
         inside = (confidence >= lo) & ((confidence < hi) | ((hi == 1.0) & (confidence == 1.0)))
         if inside.any():
             total += inside.sum() / n * abs(confidence[inside].mean() - good[inside].mean())
