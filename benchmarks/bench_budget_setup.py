@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HPC_DS1 = str(Path(sys.executable).with_name("hpc-ds1"))
 
 
-def _cli(home: Path, seed: int, *args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(home: Path, seed: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """`hpc-ds1 ARGS` on `home` with its embedded servers, the replay drawing from `seed`."""
     env = {**os.environ, "HPC_DS1_HOME": str(home), "HPC_DS1_REPLAY_SEED": str(seed)}
     env.pop("HPC_DS1_NATS_URL", None)
     env.pop("HPC_DS1_DATABASE_URL", None)
@@ -56,10 +57,12 @@ def one_setup(recorded: Path, kernel: Path | None, seed: int, budget: int | None
         started = time.perf_counter()
         args = ["setup", "--workload", "replayed", "--json"]
         args += ["--budget", str(budget)] if budget else []
-        setup = json.loads(_cli(home, seed, *args).stdout)
+        setup = json.loads(run_cli(home, seed, *args).stdout)
         took = time.perf_counter() - started
         rec = json.loads(
-            _cli(home, seed, "recommend", "--workload", "replayed", "--size", "1", "--json").stdout
+            run_cli(
+                home, seed, "recommend", "--workload", "replayed", "--size", "1", "--json"
+            ).stdout
         )
         return {"measured": setup["measured"], "seconds": took, "pick": rec["config"]["knobs"]}
     finally:

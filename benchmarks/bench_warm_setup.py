@@ -23,32 +23,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_budget_setup import bootstrap, run_cli
 from hpc_ds1.workloads.recorded_files import hub_kernel_for
 from hpc_ds1.workloads.recorded_space import RecordedSpace
 
-HPC_DS1 = str(Path(sys.executable).with_name("hpc-ds1"))
 GPUS = ("A100", "A4000", "A6000", "MI250X", "W6600", "W7800")
-
-
-def _cli(home: Path, seed: int, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HPC_DS1_HOME": str(home), "HPC_DS1_REPLAY_SEED": str(seed)}
-    env.pop("HPC_DS1_NATS_URL", None)
-    env.pop("HPC_DS1_DATABASE_URL", None)
-    done = subprocess.run([HPC_DS1, *args], env=env, capture_output=True, text=True, timeout=7200)
-    if done.returncode != 0:
-        raise RuntimeError(f"hpc-ds1 {' '.join(args)}: {done.stdout}{done.stderr}")
-    return done
 
 
 def _workload(home: Path, name: str, recorded: Path, kernel: Path | None) -> None:
@@ -72,12 +61,6 @@ def score(space: RecordedSpace, configs: list[dict[str, Any]]) -> float:
     _, optimum = space.optimum()
     means = [m for c in configs if (m := space.mean(space.space.config(c))) is not None]
     return optimum / min(means) if means else 0.0
-
-
-def bootstrap(values: list[float], seed: int = 0, resamples: int = 2000) -> tuple[float, float]:
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choice(values) for _ in values) for _ in range(resamples))
-    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         for g in gpus:  # the fleet: every GPU set up on a budget, as the coordinator knows it
             _workload(home, g, files[g], kernel)
             budget = max(2, round(args.sibling_fraction * spaces[g].count))
-            _cli(home, 0, "setup", "--workload", g, "--budget", str(budget), "--no-train")
+            run_cli(home, 0, "setup", "--workload", g, "--budget", str(budget), "--no-train")
         out["siblings_seconds"] = round(time.perf_counter() - started, 1)
         print(f"siblings set up in {out['siblings_seconds']} s", flush=True)
         for g in gpus:
@@ -119,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                         _workload(home, name, files[g], kernel)
                         cli = ["setup", "--workload", name, "--budget", str(b), "--no-train"]
                         cli += ["--warm-from", others] if mode == "warm" else []
-                        _cli(home, seed, *cli)
+                        run_cli(home, seed, *cli)
                         configs = ran(home, name)
                         row[mode] = {"fraction": score(spaces[g], configs), "runs": len(configs)}
                     rows.setdefault(str(b), []).append(row)

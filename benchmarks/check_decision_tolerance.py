@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests pac
 
 from hpc_ds1.hardware import fingerprint
 from hpc_ds1.model import Model, train
-from tests.support.measured import measurements as measure_fixture
 from tests.model.test_model import test_decision_follows_scikit_learn as check
+from tests.support.measured import measurements as measure_fixture
 
 
 def main(n: int) -> int:

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from hpc_ds1.audit import AuditFile
 from hpc_ds1.bus import EventBus
 from hpc_ds1.events import TokenCreated, envelope
+from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 from hpc_ds1.tokens import new_token, token_hash
@@ -50,4 +51,13 @@ async def role_tokens(settings: Settings, bus: EventBus, engine: Engine) -> None
 async def asgi_client(app: FastAPI, **kwargs: Any) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw", **kwargs) as http:
+        yield http
+
+
+@pytest.fixture
+async def viewer_client(
+    settings: Settings, bus: EventBus, engine: Engine, role_tokens: None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The whole gateway app in process, called with a viewer's token."""
+    async for http in asgi_client(create_app(settings, bus, engine), headers=as_role("viewer")):
         yield http

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -16,11 +15,8 @@ from sqlalchemy import Engine
 from hpc_ds1.audit import AuditFile
 from hpc_ds1.bus import EventBus
 from hpc_ds1.events import EvaluationPublished, envelope
-from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
-
-from ..conftest import as_role
 
 
 def tiny_png() -> bytes:
@@ -60,14 +56,8 @@ async def publish(settings: Settings, bus: EventBus, engine: Engine, *events: An
 
 
 @pytest.fixture
-async def client(
-    settings: Settings, bus: EventBus, engine: Engine, role_tokens: None
-) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(settings, bus, engine))
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://gw", headers=as_role("viewer")
-    ) as http:
-        yield http
+def client(viewer_client: httpx.AsyncClient) -> httpx.AsyncClient:
+    return viewer_client
 
 
 async def test_no_evaluation_yet_says_how_to_make_one(client: httpx.AsyncClient) -> None:

@@ -3,7 +3,6 @@ a new device's warm setup; real measurement events folded into Postgres."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -12,10 +11,9 @@ from sqlalchemy import Engine
 
 from hpc_ds1.bus import EventBus
 from hpc_ds1.events import MeasurementRecorded
-from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 
-from ..conftest import as_role, fold
+from ..conftest import fold
 
 
 def run(i: int, device: str, workload: str, tile: int, runtime_s: float | None) -> Any:
@@ -31,14 +29,8 @@ def run(i: int, device: str, workload: str, tile: int, runtime_s: float | None) 
 
 
 @pytest.fixture
-async def client(
-    settings: Settings, bus: EventBus, engine: Engine, role_tokens: None
-) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(settings, bus, engine))
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://gw", headers=as_role("viewer")
-    ) as http:
-        yield http
+def client(viewer_client: httpx.AsyncClient) -> httpx.AsyncClient:
+    return viewer_client
 
 
 async def test_the_siblings_runs_leave_the_asking_devices_own_out(
