@@ -25,6 +25,7 @@ MAX_THROUGHPUT: Final = 1e15
 MAX_NOTE: Final = 2000
 MAX_SEQ: Final = 2**63 - 1  # the largest bigint: paging parameters stop here
 SAFE_ID_PATTERN: Final = r"^[A-Za-z0-9_\-]{1,64}$"
+WORKLOAD_NAME_PATTERN: Final = r"^[A-Za-z0-9_.\-]{1,64}$"  # a workload file's `name` too
 SAFE_ID_RULE: Final = "1 to 64 of letters, digits, '_' or '-'"
 SAFE_ID: Final = re.compile(SAFE_ID_PATTERN)
 RUN_REPEATS = 3  # timed runs of an agent's run (after the runner's warm-up): a session's step
@@ -52,7 +53,7 @@ def _note_text(value: str) -> str:
 
 
 WorkloadName = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$"), AfterValidator(_workload_name)
+    str, StringConstraints(pattern=WORKLOAD_NAME_PATTERN), AfterValidator(_workload_name)
 ]
 SafeId = Annotated[
     str,

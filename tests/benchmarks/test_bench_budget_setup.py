@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_budget_setup
-
-DATA = Path(__file__).resolve().parents[2] / "tests" / "tuning" / "data"
+from tests.support.recorded import DATA, KERNEL
 
 
 def test_whole_and_budgeted_setups_are_scored_by_their_picks(
@@ -19,7 +18,7 @@ def test_whole_and_budgeted_setups_are_scored_by_their_picks(
     out = tmp_path / "budget.json"
     code = bench_budget_setup.main(
         [str(DATA / "convolution_milo_A6000_cut.json"), "--kernel",
-         str(DATA / "convolution_milo_cut.json"), "--seeds", "1", "--fraction", "0.5",
+         str(KERNEL), "--seeds", "1", "--fraction", "0.5",
          "--json", str(out)]
     )  # fmt: skip
     assert code == 0

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_warm_setup
-
-DATA = Path(__file__).resolve().parents[2] / "tests" / "tuning" / "data"
+from tests.support.recorded import DATA, KERNEL
 
 
 def test_warm_and_cold_budgeted_setups_leaving_one_gpu_out(
@@ -20,7 +19,7 @@ def test_warm_and_cold_budgeted_setups_leaving_one_gpu_out(
     out = tmp_path / "warm.json"
     code = bench_warm_setup.main(
         [str(DATA), "--gpus", "A100,A6000", "--pattern", "convolution_milo_{gpu}_cut.json",
-         "--kernel", str(DATA / "convolution_milo_cut.json"), "--sibling-fraction", "0.5",
+         "--kernel", str(KERNEL), "--sibling-fraction", "0.5",
          "--budgets", "4", "--seeds", "1", "--json", str(out)]
     )  # fmt: skip
     assert code == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, select
@@ -15,8 +14,7 @@ from hpc_ds1.db import tables
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup.budget import Budget, BudgetError
 from tests.support.commands import run_hpc
-
-DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
+from tests.support.recorded import write_recorded
 
 
 @pytest.mark.parametrize(
@@ -40,14 +38,7 @@ def test_a_bad_budget_says_what_is_accepted(text: str) -> None:
 
 
 def test_a_budgeted_setup_measures_its_share_resumes_and_trains(settings: Settings) -> None:
-    folder = settings.home / "workloads"
-    folder.mkdir(parents=True)
-    (folder / "conv.toml").write_text(
-        "[workload]\n"
-        'name = "conv-a6000"\n'
-        f'recorded = "{DATA / "convolution_milo_A6000_cut.json"}"\n'
-        f'kernel = "{DATA / "convolution_milo_cut.json"}"\n'
-    )
+    write_recorded(settings.home, "conv-a6000", "A6000")
 
     def setup(*args: str) -> subprocess.CompletedProcess[str]:
         return run_hpc(
@@ -67,17 +58,6 @@ def test_a_budgeted_setup_measures_its_share_resumes_and_trains(settings: Settin
     assert bad.returncode == 2 and "--budget 'soon': accepted" in bad.stderr
 
 
-def _write_recorded(settings: Settings, name: str, gpu: str) -> None:
-    folder = settings.home / "workloads"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.toml").write_text(
-        "[workload]\n"
-        f'name = "{name}"\n'
-        f'recorded = "{DATA / f"convolution_milo_{gpu}_cut.json"}"\n'
-        f'kernel = "{DATA / "convolution_milo_cut.json"}"\n'
-    )
-
-
 def _runs(engine: Engine, workload: str) -> list[tuple[dict[str, object], float | None]]:
     t = tables.measurements
     with engine.connect() as conn:
@@ -92,8 +72,8 @@ def test_a_warm_budgeted_setup_starts_from_the_siblings_best(
 ) -> None:
     # The A6000 is the fleet's sibling (measured whole); the A100 is the new device, set up
     # warm with a budget of 6: its first run is the sibling's fastest configuration.
-    _write_recorded(settings, "conv-a6000", "A6000")
-    _write_recorded(settings, "conv-a100", "A100")
+    write_recorded(settings.home, "conv-a6000", "A6000")
+    write_recorded(settings.home, "conv-a100", "A100")
     env = {"HPC_DS1_REPLAY_SEED": "3"}
     sibling = run_hpc(settings, "setup", "--workload", "conv-a6000", "--no-train", env=env)
     assert sibling.returncode == 0, sibling.stdout + sibling.stderr

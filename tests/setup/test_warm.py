@@ -16,20 +16,8 @@ from hpc_ds1.db import tables
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.settings import Settings
 from tests.support.commands import HPC_DS1, run_hpc
+from tests.support.recorded import write_recorded
 from tests.support.serving import cli_headers, start_serve, stop, wait_ready
-
-DATA = Path(__file__).resolve().parents[1] / "tuning" / "data"
-
-
-def _write_recorded(home: Path, name: str, gpu: str) -> None:
-    folder = home / "workloads"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.toml").write_text(
-        "[workload]\n"
-        f'name = "{name}"\n'
-        f'recorded = "{DATA / f"convolution_milo_{gpu}_cut.json"}"\n'
-        f'kernel = "{DATA / "convolution_milo_cut.json"}"\n'
-    )
 
 
 def _own_home(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -42,7 +30,7 @@ def _own_home(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_new_device_sets_up_warm_from_its_coordinator(
     settings: Settings, engine: Engine, tmp_path: Path
 ) -> None:
-    _write_recorded(settings.home, "conv-a6000", "A6000")
+    write_recorded(settings.home, "conv-a6000", "A6000")
     sibling = run_hpc(
         settings, "setup", "--workload", "conv-a6000", "--no-train",
         env={"HPC_DS1_REPLAY_SEED": "3"},
@@ -72,7 +60,7 @@ def test_a_new_device_sets_up_warm_from_its_coordinator(
         wait_ready(url, coordinator)
         token = cli_headers(settings.home)["Authorization"].removeprefix("Bearer ")
         device = tmp_path / "new-device"
-        _write_recorded(device, "conv-a100", "A100")
+        write_recorded(device, "conv-a100", "A100")
         warm = _own_home(
             device, "setup", "--workload", "conv-a100", "--budget", "6", "--warm-from",
             "conv-a6000", "--server", url, "--token", token, "--no-train", "--json",

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -133,7 +134,7 @@ def handle(args: argparse.Namespace) -> int:
         except BudgetError as error:
             raise UsageError(str(error)) from None
     warm_from = _warm_from(args, budget)
-    server = _server(args, warm_from)
+    server = _server(args, warm_from, settings.home)
     try:
         return asyncio.run(
             _setup(
@@ -153,7 +154,9 @@ def handle(args: argparse.Namespace) -> int:
         raise PreconditionError(str(error)) from None
 
 
-def _server(args: argparse.Namespace, warm_from: list[str] | None) -> tuple[str, str | None] | None:
+def _server(
+    args: argparse.Namespace, warm_from: list[str] | None, home: Path
+) -> tuple[str, str | None] | None:
     """(URL, bearer) of --server for a warm setup; None: this home's projection."""
     if args.server is None:
         if args.token is not None:
@@ -164,7 +167,7 @@ def _server(args: argparse.Namespace, warm_from: list[str] | None) -> tuple[str,
     from ..credentials import CredentialError, bearer_for
 
     try:
-        return args.server, bearer_for(load_settings(quiet=True).home, args.server, args.token)
+        return args.server, bearer_for(home, args.server, args.token)
     except CredentialError as error:
         raise UsageError(str(error)) from None
 

@@ -92,9 +92,14 @@ def from_server(server: str, bearer: str | None, device_id: str, also: Sequence[
             raise WarmError(
                 f"{server} answered {reply.status_code} to GET /v1/measurements: {reply.text[:300]}"
             )
-        found = reply.json()["siblings"]
-        return prior_from_runs(
-            view, [[(r["config"], r["status"], r["runtime_s"]) for r in s["runs"]] for s in found]
-        )
+        try:
+            found = reply.json()["siblings"]
+            runs = [[(r["config"], r["status"], r["runtime_s"]) for r in s["runs"]] for s in found]
+        except (ValueError, KeyError, TypeError):
+            raise WarmError(
+                f"{server} answered GET /v1/measurements with something other than the "
+                "fleet's runs: is it an hpc-ds1 coordinator?"
+            ) from None
+        return prior_from_runs(view, runs)
 
     return prior_of

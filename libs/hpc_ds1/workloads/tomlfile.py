@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_ds1.knobs import SPEC_KEYS, Knob, KnobError, parse_knobs
+from hpc_ds1.requests import WORKLOAD_NAME_PATTERN
 from hpc_ds1.workloads.base import Work, check_knobs
 from hpc_ds1.workloads.command import (
     DEFAULT_ENV,
@@ -54,7 +55,7 @@ from hpc_ds1.workloads.command import (
 from hpc_ds1.workloads.recorded import RecordedWorkload, recorded_workload
 from hpc_ds1.workloads.recorded_space import RecordedError
 
-NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # as requests.WorkloadName accepts
+NAME = re.compile(WORKLOAD_NAME_PATTERN)  # as requests.WorkloadName accepts
 KNOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BASE_PLACEHOLDERS = ("ranks", "threads", "size", "python", "mpiexec")

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel
 
 from hpc_ds1.db.reads import sibling_runs
-from hpc_ds1.requests import SAFE_ID_PATTERN
+from hpc_ds1.requests import MAX_SIZE, SAFE_ID_PATTERN, WORKLOAD_NAME_PATTERN
 from hpc_ds1.tokens import Principal
 
 from ..deps import EngineDep
@@ -21,7 +21,7 @@ from ..edge.auth import require
 from ..schemas import READ_ERRORS
 
 Reader = Annotated[Principal, Depends(require("viewer"))]
-WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # as a workload file's name
+WORKLOAD_NAME = re.compile(WORKLOAD_NAME_PATTERN)
 MAX_WORKLOADS = 16
 
 
@@ -58,7 +58,9 @@ async def measurements(
             "(recorded GPUs of the same kernel, each a workload of its own).",
         ),
     ],
-    size: Annotated[int, Query(ge=1, description="The problem size.")],
+    size: Annotated[
+        int, Query(ge=1, le=MAX_SIZE, description=f"The problem size, 1 to {MAX_SIZE}.")
+    ],
     device_id: Annotated[
         str,
         Query(

@@ -67,8 +67,11 @@ async def test_bad_queries_say_what_is_accepted(client: httpx.AsyncClient) -> No
     assert no_workload.status_code == 422
     bad_name = await client.get("/v1/measurements", params={"workload": "a b", "size": 1})
     assert bad_name.status_code == 422 and "letters, digits" in bad_name.json()["error"]
-    bad_size = await client.get("/v1/measurements", params={"workload": "gemm", "size": 0})
-    assert bad_size.status_code == 422
+    for size in (0, 2**40 + 1, 2**70):  # none reaches Postgres's bigint column
+        bad_size = await client.get("/v1/measurements", params={"workload": "gemm", "size": size})
+        assert bad_size.status_code == 422, (size, bad_size.text)
+    many = await client.get("/v1/measurements", params={"workload": ["w"] * 17, "size": 1})
+    assert many.status_code == 422
     no_token = await client.get(
         "/v1/measurements", params={"workload": "gemm", "size": 1}, headers={"Authorization": ""}
     )
