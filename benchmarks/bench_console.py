@@ -38,8 +38,7 @@ from typing import Any
 
 import httpx
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import read_cli_token
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -62,6 +61,7 @@ from hpc_ds1.events import (
     envelope,
 )
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.security.credentials import read_cli_token
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import open_stack
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.model import Measurement, Model, State, TrainedModel, aggregate, train
 from hpc_ds1.runner import Job, run_many
 from hpc_ds1.space import ConfigSpace

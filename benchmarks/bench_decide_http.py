@@ -37,15 +37,15 @@ import orjson
 import psutil
 from loadgen import Load, run_httpx, run_wrk, wrk_path
 
-from hpc_ds1.credentials import reachable_host, read_cli_token
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.eventlog.subjects import train_subject
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.machine.hardware import fingerprint
+from hpc_ds1.security.credentials import reachable_host, read_cli_token
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.stack import open_stack
-from hpc_ds1.subjects import train_subject
 from hpc_ds1.workloads import get_workload
 
 BODY = {

@@ -40,8 +40,8 @@ import psutil
 from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, tables, upgrade
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import Envelope, MeasurementRecorded, envelope
 from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.infra.ports import free_port

@@ -13,9 +13,9 @@ import time
 import uuid
 from pathlib import Path
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.idempotency import append_once, derived_id, find
 from hpc_ds1.events import DecisionMade, envelope, new_id
-from hpc_ds1.idempotency import append_once, derived_id, find
 from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.settings import Settings
 

@@ -47,14 +47,14 @@ import orjson
 import psutil
 
 from hpc_ds1 import log
-from hpc_ds1.credentials import reachable_host
 from hpc_ds1.events import TaskPlaced, TaskSubmitted, TokenCreated, envelope
 from hpc_ds1.fleet.work import WorkItem, consumer_name, enqueue, ensure_work_stream
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.security.credentials import reachable_host
+from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
-from hpc_ds1.tokens import new_token, token_hash
 
 CONFIG = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
 

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_decide_http import prepare
 from sqlalchemy import Engine, select
 
-from hpc_ds1.audit import verify
 from hpc_ds1.db import make_engine, tables, upgrade
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.eventlog.audit import verify
 from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.settings import Settings
 from tests.deploy.processes import Deployment, caught_up, give_model, statuses, stream_ids
 from tests.deploy.test_processes import decide_with_retries

@@ -42,15 +42,15 @@ import psutil
 from sqlalchemy import func, select
 
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.subjects import train_subject
 from hpc_ds1.events import MeasurementRecorded, TokenCreated, envelope
-from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.infra.home import running_owner
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.machine.hardware import Fingerprint
+from hpc_ds1.security.tokens import new_token, new_token_id, token_hash
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.stack import Stack, open_stack
-from hpc_ds1.subjects import train_subject
-from hpc_ds1.tokens import new_token, new_token_id, token_hash
 from hpc_ds1.workloads import get_workload
 
 RSS_GROWTH_LIMIT = 0.10

@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hpc_ds1.credentials import reachable_host
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port, wait_for_port
+from hpc_ds1.security.credentials import reachable_host
 
 SERVER = r"""
 import sys, uvicorn

@@ -45,9 +45,8 @@ from sqlalchemy import Engine, func, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hpc_ds1.archive import archive_before, folder_of
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, tables, upgrade
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -71,6 +70,7 @@ from hpc_ds1.events import (
     TaskSubmitted,
     envelope,
 )
+from hpc_ds1.operations.archive import archive_before, folder_of
 from hpc_ds1.settings import Settings
 
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests package
 
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.model import Model, train
 from tests.model.test_model import test_decision_follows_scikit_learn as check
 from tests.support.measured import measurements as measure_fixture

@@ -43,13 +43,13 @@ from schemathesis.specs.openapi.checks import (
 from sqlalchemy import Engine
 
 from hpc_ds1 import log
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import publish_token
 from hpc_ds1.db import make_engine
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.infra.ports import free_port
-from hpc_ds1.runtime import NatsUrls, run_services
+from hpc_ds1.process.runtime import NatsUrls, run_services
+from hpc_ds1.security.credentials import publish_token
+from hpc_ds1.security.tokens import new_token
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import new_token
 
 ROLES: tuple[str | None, ...] = ("viewer", "engineer", "admin", "agent", None)
 SERVICES = ("projector", "decision", "coordinator", "gateway")

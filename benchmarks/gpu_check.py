@@ -49,7 +49,7 @@ def _step(report: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
 def device_report() -> dict[str, Any]:
     from numba import cuda
 
-    from hpc_ds1.hardware import fingerprint
+    from hpc_ds1.machine.hardware import fingerprint
     from hpc_ds1.space import ConfigSpace
 
     out: dict[str, Any] = {"cuda_available": bool(cuda.is_available())}

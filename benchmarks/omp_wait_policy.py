@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hpc_ds1.allocation import detect
+from hpc_ds1.machine.allocation import detect
 from hpc_ds1.runner import Job, run_many
 from hpc_ds1.space import Config
 

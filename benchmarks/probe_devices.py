@@ -66,13 +66,13 @@ from bench_decide_http import _home_credential
 from bench_soak import start_serve, stop_serve, wait_served
 from unsafe_models import bomb_in, constant_of_shape_bomb, external_in, heavy_in, open_watch
 
-from hpc_ds1.credentials import join_token_path, read_cli_token
 from hpc_ds1.fleet.plausible import declared_work, peak
-from hpc_ds1.hardware import Fingerprint, fingerprint
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.machine.hardware import Fingerprint, fingerprint
 from hpc_ds1.model import Measurement, train
+from hpc_ds1.security.credentials import join_token_path, read_cli_token
+from hpc_ds1.security.tokens import new_token
 from hpc_ds1.space import ConfigSpace
-from hpc_ds1.tokens import new_token
 
 CONFIG = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
 HONEST_S = {512: 0.1, 1024: 0.8}  # devb's runtimes of gemm 512 and 1024

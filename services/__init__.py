@@ -1,1 +1,1 @@
-"""The services of HPC-DS1, one package each; `hpc_ds1.runtime` runs them."""
+"""The services of HPC-DS1, one package each; `hpc_ds1.process.runtime` runs them."""

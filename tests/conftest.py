@@ -21,15 +21,15 @@ import pytest
 from sqlalchemy import Engine, select
 
 from hpc_ds1 import log, workloads
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import read_cli_token, read_join_token
 from hpc_ds1.db import make_engine, normalize_url, tables, upgrade
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, envelope
-from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres
-from hpc_ds1.runtime import run_service
+from hpc_ds1.machine.hardware import fingerprint
+from hpc_ds1.process.runtime import run_service
+from hpc_ds1.security.credentials import read_cli_token, read_join_token
 from hpc_ds1.settings import Settings
 from tests.fleet.coordinator import CONFIG, SIZE, START_S, Coordinator, bearer
 from tests.support.commands import HPC_DS1, cli_env

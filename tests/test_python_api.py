@@ -14,8 +14,8 @@ import pytest
 
 import hpc_ds1
 from hpc_ds1.decision_log import DecisionNotLogged
-from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.model import State
 from hpc_ds1.space import Config
 from tests.support.serving import cli_headers, start_serve, stop, wait_ready
@@ -65,7 +65,7 @@ def test_a_model_copied_from_another_machine_is_flagged_by_its_guard(tmp_path: P
 def test_observe_uses_the_home_the_model_was_loaded_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hpc_ds1.devicelock as devicelock
+    import hpc_ds1.machine.devicelock as devicelock
 
     home_with_model(tmp_path / "mine", fingerprint())
     model = hpc_ds1.load(tmp_path / "mine", log_decisions=False)

@@ -24,12 +24,12 @@ import psutil
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, tables, upgrade
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import status_subject
 from hpc_ds1.infra.nats_server import EmbeddedNats
 from hpc_ds1.infra.postgres import EmbeddedPostgres
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import status_subject
 
 # HPCDS1_ (not HPC_DS1_): the runner passes that prefix on to the job it starts.
 MARKER = "HPCDS1_FAULTS_MARKER"

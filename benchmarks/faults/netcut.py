@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.infra.nats_server import nats_server_binary, render_config
 from hpc_ds1.infra.ports import free_port, wait_for_port
 from hpc_ds1.settings import Settings

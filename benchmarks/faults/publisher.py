@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import Envelope, MeasurementRecorded, envelope
 
 

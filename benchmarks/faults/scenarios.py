@@ -17,12 +17,12 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from sqlalchemy import select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import agent_run_subject, start_session_subject
 from hpc_ds1.events import SessionFinished, SessionMoveDecided, SessionStepRun, new_id, typed
 from hpc_ds1.requests import RunRequest
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import agent_run_subject, start_session_subject
 from hpc_ds1.workloads import get_workload
 
 from .cluster import (
@@ -261,11 +261,11 @@ SESSION_START = {"ranks": 1, "threads": 1, "tile": 32}
 
 async def train_tiny_model(settings: Settings, sizes: dict[str, list[int]], repeats: int) -> str:
     """A few real runs and a model trained by the trainer service (as tests/e2e does)."""
-    from hpc_ds1.hardware import fingerprint
+    from hpc_ds1.eventlog.subjects import train_subject
+    from hpc_ds1.machine.hardware import fingerprint
     from hpc_ds1.setup import Campaign, Profile, plan_jobs
     from hpc_ds1.space import ConfigSpace
     from hpc_ds1.stack import open_stack
-    from hpc_ds1.subjects import train_subject
 
     fp = fingerprint()
     chunks = []

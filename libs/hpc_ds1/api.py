@@ -24,7 +24,7 @@ def load(home: str | Path | None = None, *, log_decisions: bool = True) -> Model
     returned and a warning (DecisionNotLogged, once) says it was not logged. `log_decisions=False`
     keeps decisions out of the log on purpose."""
     from .decision_log import DecisionLog
-    from .hardware import fingerprint
+    from .machine.hardware import fingerprint
     from .model import Model
     from .models_store import latest_path
     from .settings import Settings

@@ -131,7 +131,7 @@ class DecisionLog:
     async def _connect(owner: Endpoints, settings: Settings) -> Any:
         import nats
 
-        from .bus import EventBus, server_list
+        from .eventlog.bus import EventBus, server_list
 
         async def quiet(_: Exception) -> None:
             return None  # a server that stops is noticed at the next decision, and said once

@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import Envelope, MeasurementRecorded, RunHeartbeat, envelope, new_id
 from hpc_ds1.log import get_logger
 from hpc_ds1.runner import RunResult

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError
 
-from .bus import until_answered
+from .eventlog.bus import until_answered
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext

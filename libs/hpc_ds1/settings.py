@@ -178,7 +178,8 @@ class Settings(BaseSettings):
     max_task_attempts: int = Field(
         default=3, ge=1, le=20, description="Devices a task may fail on before it fails."
     )
-    # The bounds are hpc_ds1.credentials' JOIN_TTL_S and JOIN_USES (`token join --ttl/--uses`).
+    # The bounds are hpc_ds1.security.credentials' JOIN_TTL_S and JOIN_USES
+    # (`token join --ttl/--uses`).
     join_token_ttl_s: float = Field(
         default=86400.0,
         ge=60,
@@ -299,7 +300,7 @@ class Settings(BaseSettings):
     @field_validator("home")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
-        from .hosthome import resolve_home  # per host on a shared filesystem
+        from .machine.hosthome import resolve_home
 
         return resolve_home(value.expanduser().resolve())
 
@@ -396,7 +397,8 @@ class Settings(BaseSettings):
 
     @property
     def claims_bucket(self) -> str:
-        """KV bucket of keyed requests being answered (hpc_ds1.claims), out of the audit stream."""
+        """KV bucket of keyed requests being answered (hpc_ds1.eventlog.claims), out of the audit
+        stream."""
         return f"{self.stream}_CLAIMS"
 
     @property

@@ -20,7 +20,7 @@ from pydantic import (
 from hpc_ds1.knobs import Knob, KnobError, KnobSpace, Value
 
 if TYPE_CHECKING:
-    from hpc_ds1.hardware import Fingerprint
+    from hpc_ds1.machine.hardware import Fingerprint
 
 RANKS_UP = "RANKS_UP"
 RANKS_DOWN = "RANKS_DOWN"
@@ -202,7 +202,7 @@ class ConfigSpace:
     def for_device(cls, fp: Fingerprint | None = None, workload: object = None) -> ConfigSpace:
         """The space of device `fp` (this one by default) for `workload` (a name or Workload)."""
         if fp is None:
-            from hpc_ds1.hardware import fingerprint
+            from hpc_ds1.machine.hardware import fingerprint
 
             fp = fingerprint()
         tiles: tuple[int, ...] = (1,)

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
 
-from .bus import EventBus
 from .db import make_engine, tables
+from .eventlog.bus import EventBus
+from .eventlog.subjects import status_subject
 from .infra.home import Endpoints, own_home, running_owner, settings_of_owner
 from .infra.secrets import CLI_USER
-from .runtime import run_services
+from .process.runtime import run_services
 from .settings import Settings
-from .subjects import status_subject
 
 
 @dataclass

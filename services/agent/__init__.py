@@ -8,10 +8,10 @@ import asyncio
 import contextlib
 import socket
 
+from hpc_ds1.eventlog.subjects import agent_run_subject
 from hpc_ds1.events import DeviceRegistered, envelope
 from hpc_ds1.log import get_logger
-from hpc_ds1.runtime import ServiceContext
-from hpc_ds1.subjects import agent_run_subject
+from hpc_ds1.process.runtime import ServiceContext
 
 from .fleet import LocalFleet
 from .jobs import JobRunner, sweep_leftovers
@@ -24,7 +24,7 @@ FLEET_RETRY_S = 5.0
 
 
 async def run(ctx: ServiceContext) -> None:
-    from hpc_ds1.hardware import fingerprint
+    from hpc_ds1.machine.hardware import fingerprint
 
     hardware = await asyncio.to_thread(fingerprint)
     event = DeviceRegistered(

@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hpc_ds1.devicelock import Cancelled
 from hpc_ds1.events import Envelope
 from hpc_ds1.fleet.execute import (
     TaskResult,
@@ -30,8 +29,9 @@ from hpc_ds1.fleet.execute import (
 from hpc_ds1.fleet.liveness import Heartbeat, beat, liveness_bucket
 from hpc_ds1.fleet.work import WorkItem, device_queue
 from hpc_ds1.log import get_logger
+from hpc_ds1.machine.devicelock import Cancelled
 from hpc_ds1.measure import PUBLISH_RETRY_DELAYS_S, publish_retrying
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
 
 from .jobs import JobRunner
 

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from hpc_ds1.devicelock import Cancelled, device_lock
 from hpc_ds1.events import envelope, new_id
 from hpc_ds1.log import get_logger
+from hpc_ds1.machine.devicelock import Cancelled, device_lock
 from hpc_ds1.measure import (
     PUBLISH_RETRY_DELAYS_S,
     heartbeats,
@@ -29,11 +29,11 @@ from hpc_ds1.measure import (
     publish_retrying,
     while_in_flight,
 )
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.requests import RunRequest
 from hpc_ds1.runner import InvalidJob, RunResult, run, run_timeout, validate
 from hpc_ds1.runner.estimate import check_cap, from_measurements, load_measured
 from hpc_ds1.runner.inflight import InFlight
-from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import Config, ConfigSpace
 
 log = get_logger("agent")

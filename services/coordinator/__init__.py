@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from hpc_ds1.runtime import ServiceContext
-from hpc_ds1.subjects import start_session_subject
+from hpc_ds1.eventlog.subjects import start_session_subject
+from hpc_ds1.process.runtime import ServiceContext
 
 from .coordinator import Coordinator
 from .fleet import FleetLifecycle, facts

@@ -9,15 +9,15 @@ import orjson
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import ConcurrencyConflict
 from hpc_ds1.db import tables
 from hpc_ds1.db.reads import latest_model
+from hpc_ds1.eventlog.bus import ConcurrencyConflict
 from hpc_ds1.events import MalformedEvent, SessionStarted, decode, envelope, new_id, typed
-from hpc_ds1.hardware import Fingerprint
 from hpc_ds1.log import get_logger
+from hpc_ds1.machine.hardware import Fingerprint
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.requests import StartSessionRequest
 from hpc_ds1.runner import InvalidJob, validate
-from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.tuning.session import SessionState, evolve
 from hpc_ds1.workloads import UnknownWorkload

@@ -21,8 +21,8 @@ from typing import Any
 from nats.js.kv import KeyValue
 from sqlalchemy import Engine, func, select
 
-from hpc_ds1.bus import ConcurrencyConflict
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import ConcurrencyConflict
 from hpc_ds1.events import (
     DeviceLeft,
     DeviceRegistered,
@@ -46,7 +46,7 @@ from hpc_ds1.fleet.liveness import (
 )
 from hpc_ds1.fleet.tasks import ACTIVE, TaskState, fold
 from hpc_ds1.log import get_logger
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.settings import Settings
 
 log = get_logger("coordinator.fleet")

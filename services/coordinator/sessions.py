@@ -12,7 +12,8 @@ from typing import Any, Literal
 import orjson
 from nats.errors import NoRespondersError
 
-from hpc_ds1.bus import ConcurrencyConflict
+from hpc_ds1.eventlog.bus import ConcurrencyConflict
+from hpc_ds1.eventlog.subjects import agent_run_subject, decide_subject
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -30,11 +31,10 @@ from hpc_ds1.events import (
 )
 from hpc_ds1.log import get_logger
 from hpc_ds1.model.schema import waits_for_engineer
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.requests import RUN_REPEATS, DecideRequest, RunRequest
 from hpc_ds1.runner import run_repeats
-from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
-from hpc_ds1.subjects import agent_run_subject, decide_subject
 from hpc_ds1.tuning.session import (
     MAX_MISSES,
     PICK,

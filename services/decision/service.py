@@ -9,7 +9,7 @@ queue on the device's agent. A run whose expected duration exceeds HPC_DS1_MAX_R
 A request carrying `Hpc-Idempotency-Id` (the gateway derives it from the caller's token and
 `Idempotency-Key`) is decided once: that id is the decision's id and its event's, a retry is
 answered with the stored original before anything runs, and the same id for a different request
-is a 422 (hpc_ds1.idempotency)."""
+is a 422 (hpc_ds1.eventlog.idempotency)."""
 
 from __future__ import annotations
 
@@ -24,14 +24,24 @@ from nats.js.kv import KeyValue
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
-from hpc_ds1.claims import claim, claims_bucket, held, holding
 from hpc_ds1.db import tables
 from hpc_ds1.db.reads import latest_model
+from hpc_ds1.eventlog.claims import claim, claims_bucket, held, holding
+from hpc_ds1.eventlog.idempotency import (
+    ID_HEADER,
+    KeyReused,
+    Stored,
+    append_once,
+    find,
+    request_sha256,
+)
+from hpc_ds1.eventlog.subjects import agent_run_subject
 from hpc_ds1.events import DecisionMade, envelope, new_id
-from hpc_ds1.hardware import Fingerprint
-from hpc_ds1.idempotency import ID_HEADER, KeyReused, Stored, append_once, find, request_sha256
 from hpc_ds1.log import get_logger
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.models_store import MODELS_BUCKET
+from hpc_ds1.process.runtime import ServiceContext
+from hpc_ds1.process.singleflight import SingleFlight
 from hpc_ds1.requests import RUN_REPEATS, DecideRequest, RunRequest
 from hpc_ds1.runner.estimate import (
     RuntimeEstimate,
@@ -41,10 +51,7 @@ from hpc_ds1.runner.estimate import (
     from_model,
     load_measured,
 )
-from hpc_ds1.runtime import ServiceContext
-from hpc_ds1.singleflight import SingleFlight
 from hpc_ds1.space import Config, ConfigSpace, InfeasibleConfig
-from hpc_ds1.subjects import agent_run_subject
 
 log = get_logger("decision")
 
@@ -235,7 +242,8 @@ class DecisionService:
         original = await find(self.ctx.bus, subject, request_hash)
         if original is not None:
             return _replayed(original), True
-        # Another replica may have the same key's copy: one of them runs it (hpc_ds1.claims).
+        # Another replica may have the same key's copy: one of them runs it
+        # (hpc_ds1.eventlog.claims).
         claims = await self._claims()
         deadline = time.monotonic() + claim_wait_s(self.ctx.settings.max_run_s)
         while (revision := await claim(claims, key_id, self.holder)) is None:

@@ -15,11 +15,11 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import register_cli_token, register_join_token
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.infra.tls import uvicorn_options as tls_options
 from hpc_ds1.log import get_logger
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
+from hpc_ds1.security.credentials import register_cli_token, register_join_token
 
 from .agents.routes import close_agent_polls
 from .app import Check, create_app

@@ -13,14 +13,14 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine, select, text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import status_subject
 from hpc_ds1.log import get_logger
+from hpc_ds1.process.runtime import SERVICES
 from hpc_ds1.requests import MAX_SEQ
-from hpc_ds1.runtime import SERVICES
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import status_subject
-from hpc_ds1.tokens import Principal
 from hpc_ds1.version import __version__
 
 from .agents.bodies import body_limits

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.settings import Settings
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from hpc_ds1.runtime import ServiceContext
-from hpc_ds1.subjects import placement_subject
+from hpc_ds1.eventlog.subjects import placement_subject
+from hpc_ds1.process.runtime import ServiceContext
 
 from .service import PlacementService, predict, prepare
 

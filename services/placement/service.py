@@ -23,7 +23,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from hpc_ds1.bus import ConcurrencyConflict, until_answered
+from hpc_ds1.eventlog.bus import ConcurrencyConflict, until_answered
 from hpc_ds1.events import (
     Envelope,
     Event,
@@ -47,7 +47,7 @@ from hpc_ds1.fleet.placement import (
 from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
 from hpc_ds1.log import get_logger
 from hpc_ds1.models_store import models_bucket
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
 
 log = get_logger("placement")
 
@@ -486,7 +486,7 @@ def predict(
     """The model's System 1 configuration and predicted runtime for the job on the device of
     `fingerprint`. The guard's reasons (size range, distance from the training data, other
     hardware) reject it; a low confidence alone does not (thresholds 0 leave only the guard)."""
-    from hpc_ds1.hardware import Fingerprint
+    from hpc_ds1.machine.hardware import Fingerprint
     from hpc_ds1.model import Thresholds
 
     try:

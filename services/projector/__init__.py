@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hpc_ds1.archive import folder_of
-from hpc_ds1.audit import AuditFile
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.operations.archive import folder_of
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.projection.rebuild import rebuild
-from hpc_ds1.runtime import ServiceContext
 
 from .projector import Projector, project
 

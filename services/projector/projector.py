@@ -21,12 +21,12 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import Engine, func, select
 
-from hpc_ds1.archive import last_archived, merged
-from hpc_ds1.audit import ANCHOR_TYPE, AuditFile
-from hpc_ds1.bus import EventBus, RawEvent, stream_sequence, until_answered
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import ANCHOR_TYPE, AuditFile
+from hpc_ds1.eventlog.bus import EventBus, RawEvent, stream_sequence, until_answered
 from hpc_ds1.events import AuditCheckpoint, envelope
 from hpc_ds1.log import get_logger
+from hpc_ds1.operations.archive import last_archived, merged
 from hpc_ds1.projection.fold import find_gaps, fold
 from hpc_ds1.projection.rebuild import report_problems
 from hpc_ds1.projection.store import apply, read_checkpoint, record_gaps

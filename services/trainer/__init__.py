@@ -3,8 +3,8 @@ Object Store and under $HPC_DS1_HOME/models/, and publishes a model event."""
 
 from __future__ import annotations
 
-from hpc_ds1.runtime import ServiceContext
-from hpc_ds1.subjects import train_subject
+from hpc_ds1.eventlog.subjects import train_subject
+from hpc_ds1.process.runtime import ServiceContext
 
 from .training import Trainer
 

@@ -16,7 +16,7 @@ from hpc_ds1.db.reads import load_measurements
 from hpc_ds1.events import ModelPublished, envelope
 from hpc_ds1.log import get_logger
 from hpc_ds1.models_store import models_bucket, save_local
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
 
 log = get_logger("trainer")
 
@@ -82,7 +82,7 @@ class Trainer:
         await msg.respond(orjson.dumps(reply))
 
     async def train(self, device_id: str) -> dict[str, Any]:
-        from hpc_ds1.hardware import Fingerprint
+        from hpc_ds1.machine.hardware import Fingerprint
         from hpc_ds1.model import Measurement, train
 
         rows = await asyncio.to_thread(load_measurements, self.ctx.engine, device_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from benchmarks.bench_year import run_year
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.settings import Settings
 
 

@@ -6,7 +6,7 @@ figures are the benchmark's."""
 from __future__ import annotations
 
 from benchmarks.compare_runtime_models import COLUMNS, VARIANTS, replay
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Measurement, Model, train
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from benchmarks.omp_wait_policy import POLICIES, jobs, measure, spread
-from hpc_ds1.allocation import detect
+from hpc_ds1.machine.allocation import detect
 from hpc_ds1.runner import Job
 from hpc_ds1.space import Config
 

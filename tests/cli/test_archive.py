@@ -18,12 +18,10 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, select
 
-from hpc_ds1.archive import Planner, folder_of, plan, segments
-from hpc_ds1.audit import Verdict
-from hpc_ds1.backup import projection_digest
-from hpc_ds1.bus import EventBus, RawEvent
 from hpc_ds1.cli.audit import against_log
 from hpc_ds1.db import make_engine, tables
+from hpc_ds1.eventlog.audit import Verdict
+from hpc_ds1.eventlog.bus import EventBus, RawEvent
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -36,6 +34,8 @@ from hpc_ds1.events import (
     TokenCreated,
     envelope,
 )
+from hpc_ds1.operations.archive import Planner, folder_of, plan, segments
+from hpc_ds1.operations.backup import projection_digest
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import open_stack
 from tests.support.commands import hpc

@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.backup import EVENTS, backup, projection_digest, restore
-from hpc_ds1.bus import EventBus
 from hpc_ds1.cli import main
 from hpc_ds1.db import make_engine
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -34,6 +33,7 @@ from hpc_ds1.events import (
     envelope,
 )
 from hpc_ds1.models_store import bucket_name, models_bucket, save_local
+from hpc_ds1.operations.backup import EVENTS, backup, projection_digest, restore
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import open_stack
 from tests.support.commands import cli_env, hpc

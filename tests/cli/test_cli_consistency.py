@@ -14,7 +14,7 @@ import pytest
 
 from hpc_ds1 import __version__
 from hpc_ds1.cli import EXIT_FAILURE, EXIT_PRECONDITION, EXIT_USAGE, build_parser, main
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings

@@ -9,7 +9,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from hpc_ds1.credentials import consume_login_token
+from hpc_ds1.security.credentials import consume_login_token
 from tests.support.commands import HPC_DS1
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpc_ds1.cli import main
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
 from tests.support.commands import HPC_DS1

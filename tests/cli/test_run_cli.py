@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpc_ds1.devicelock import device_lock
+from hpc_ds1.machine.devicelock import device_lock
 from tests.support.commands import HPC_DS1
 
 

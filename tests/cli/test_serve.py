@@ -132,7 +132,7 @@ def test_serve_embedded_comes_back_with_its_data(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            f"from hpc_ds1.audit import verify; from pathlib import Path; "
+            f"from hpc_ds1.eventlog.audit import verify; from pathlib import Path; "
             f"print(verify(Path({str(home / 'audit.jsonl')!r})).intact)",
         ],
         capture_output=True,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpc_ds1 import allocation
 from hpc_ds1.cli.serve import use_processes
+from hpc_ds1.machine import allocation
 
 
 def test_an_explicit_mode_is_kept() -> None:

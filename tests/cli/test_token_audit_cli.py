@@ -8,11 +8,11 @@ import re
 
 from sqlalchemy import Engine, select
 
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.security.tokens import token_hash
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import token_hash
 from tests.support.commands import hpc
 
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, insert, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.settings import Settings
 from tests.support.commands import hpc
 

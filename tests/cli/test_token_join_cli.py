@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
 from hpc_ds1.cli import main
-from hpc_ds1.credentials import (
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.events import Event, TokenCreated, TokenUsed, envelope
+from hpc_ds1.security.credentials import (
     JOIN_HOLDER,
     join_token_id,
     parse_ttl,
@@ -23,10 +24,9 @@ from hpc_ds1.credentials import (
     read_join_token,
     rotate_join_token,
 )
-from hpc_ds1.events import Event, TokenCreated, TokenUsed, envelope
+from hpc_ds1.security.tokens import token_hash
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import token_hash
 from tests.support.commands import hpc
 
 

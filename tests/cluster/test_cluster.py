@@ -14,11 +14,11 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from hpc_ds1.backup import backup, restore
-from hpc_ds1.bus import EventBus, server_list
+from hpc_ds1.eventlog.bus import EventBus, server_list
 from hpc_ds1.events import Envelope, TokenCreated, decode, envelope
 from hpc_ds1.infra.cluster import LocalCluster, render_node_config
 from hpc_ds1.models_store import bucket_name, models_bucket
+from hpc_ds1.operations.backup import backup, restore
 from hpc_ds1.settings import Settings
 
 PUBLISHERS = 4

@@ -30,13 +30,13 @@ from psycopg import sql
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, normalize_url, tables
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.infra.cluster import LocalCluster
 from hpc_ds1.infra.nats_server import NatsUser
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.infra.postgres import EmbeddedPostgres, _bin
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.settings import Settings
 from tests.deploy.processes import give_model
 from tests.support.commands import HPC_DS1

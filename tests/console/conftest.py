@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
-from hpc_ds1.credentials import read_cli_token, read_join_token
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.security.credentials import read_cli_token, read_join_token
 from hpc_ds1.settings import Settings
 from hpc_ds1.workloads import get_workload
 from tests.support.commands import HPC_DS1, cli_env

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from hpc_ds1.credentials import owner_name
 from hpc_ds1.infra.tls import HomeTLS
+from hpc_ds1.security.credentials import owner_name
 from hpc_ds1.space import ALL_ACTIONS
 from tests.support.waiting import wait_for
 

@@ -18,8 +18,8 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.console import SECTIONS
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import DeviceRegistered, TokenCreated, envelope
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE

@@ -21,7 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -41,7 +41,7 @@ from hpc_ds1.events import (
     TaskWaiting,
     envelope,
 )
-from hpc_ds1.runtime import run_service
+from hpc_ds1.process.runtime import run_service
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from tests.services.gateway.conftest import ROLE_TOKENS, role_token_events

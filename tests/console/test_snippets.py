@@ -24,8 +24,8 @@ import httpx
 import orjson
 import pytest
 
-from hpc_ds1.credentials import read_cli_token, read_join_token
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.security.credentials import read_cli_token, read_join_token
 from hpc_ds1.settings import Settings
 from tests.support.commands import HPC_DS1, cli_env
 from tests.support.databases import create_database, drop_database

@@ -23,12 +23,12 @@ import orjson
 import yaml
 from sqlalchemy import Engine, func, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import status_subject
 from hpc_ds1.events import Event, MeasurementRecorded, ModelPublished, envelope
 from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import status_subject
 from hpc_ds1.workloads import get_workload
 
 HPC_DS1 = str(Path(sys.executable).parent / "hpc-ds1")

@@ -9,8 +9,8 @@ import contextlib
 import pytest
 from sqlalchemy import text
 
-from hpc_ds1 import leader
-from hpc_ds1.leader import LeadershipLost, Lease, single_active, watch
+from hpc_ds1.process import leader
+from hpc_ds1.process.leader import LeadershipLost, Lease, single_active, watch
 from hpc_ds1.settings import Settings
 
 

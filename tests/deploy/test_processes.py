@@ -17,10 +17,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine, select
 
-from hpc_ds1.audit import verify
 from hpc_ds1.db import make_engine, tables
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.eventlog.audit import verify
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.settings import Settings
 from tests.deploy.processes import (
@@ -288,7 +288,7 @@ def _replicas_seen(url: str, headers: dict[str, str], tries: int = 20) -> int:
 
 
 def test_compose_file_names_every_service() -> None:
-    from hpc_ds1.runtime import SERVICES
+    from hpc_ds1.process.runtime import SERVICES
     from tests.deploy.processes import compose_services
 
     spec = compose_services()

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 
 from hpc_ds1.infra.ports import free_port
-from hpc_ds1.runtime import SERVICES
+from hpc_ds1.process.runtime import SERVICES
 from tests.support.commands import HPC_DS1
 from tests.support.serving import wait_ready
 

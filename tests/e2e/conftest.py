@@ -11,12 +11,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.eventlog.subjects import train_subject
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.stack import open_stack
-from hpc_ds1.subjects import train_subject
 from hpc_ds1.workloads import get_workload
 from tests.support.databases import create_database, drop_database
 

@@ -11,14 +11,14 @@ from sqlalchemy import select
 
 import hpc_ds1
 from hpc_ds1.db import tables
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.eventlog.subjects import decide_subject
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.model import State
 from hpc_ds1.requests import DecideRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.stack import open_stack
-from hpc_ds1.subjects import decide_subject
 from tests.support.commands import HPC_DS1, cli_env
 
 from .tokens import bearer, grant

@@ -15,12 +15,12 @@ from sqlalchemy import and_, func, or_, select
 
 from hpc_ds1.db import tables
 from hpc_ds1.evaluation.policies import ALL_POLICIES, LIVE_POLICIES
+from hpc_ds1.eventlog.subjects import train_subject
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.model import Model, State
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.stack import Stack, open_stack
-from hpc_ds1.subjects import train_subject
 from tests.support.commands import HPC_DS1, cli_env
 
 from .tokens import bearer, grant

@@ -11,15 +11,15 @@ import httpx
 import orjson
 from sqlalchemy import select
 
-from hpc_ds1.approvals import ApprovalError, decide_approval
-from hpc_ds1.audit import verify
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import verify
+from hpc_ds1.eventlog.subjects import start_session_subject
 from hpc_ds1.events import TokenCreated, envelope, new_id
 from hpc_ds1.infra.ports import free_port
+from hpc_ds1.security.approvals import ApprovalError, decide_approval
+from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
-from hpc_ds1.subjects import start_session_subject
-from hpc_ds1.tokens import new_token, token_hash
 
 SERVICES = ("projector", "agent", "decision", "coordinator", "gateway")
 START = {"ranks": 1, "threads": 1, "tile": 32}

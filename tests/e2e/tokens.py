@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 from hpc_ds1.events import TokenCreated, envelope, new_id
+from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.stack import Stack
-from hpc_ds1.tokens import new_token, token_hash
 
 Role = Literal["viewer", "engineer", "admin", "agent"]
 

@@ -13,7 +13,7 @@ from hpc_ds1.evaluation import Evaluation, EvaluationError, build_cells, evaluat
 from hpc_ds1.evaluation.plot import write_plot
 from hpc_ds1.evaluation.policies import POLICIES
 from hpc_ds1.evaluation.report import render
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Measurement, Model, State, TrainedModel, train
 from tests.support.measured import HELD_OUT
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from hpc_ds1.devicelock import Cancelled
 from hpc_ds1.evaluation import Cell
 from hpc_ds1.evaluation.live import (
     LIVE_POLICY,
@@ -28,6 +27,7 @@ from hpc_ds1.evaluation.live import (
 from hpc_ds1.evaluation.policies import system1_answer
 from hpc_ds1.evaluation.report import render_live
 from hpc_ds1.evaluation.truth import TruePoint, score_sessions
+from hpc_ds1.machine.devicelock import Cancelled
 from hpc_ds1.model.replay import model_session
 from hpc_ds1.model.schema import Measurement, Thresholds
 from hpc_ds1.space import Config, ConfigSpace

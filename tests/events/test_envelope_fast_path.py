@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpc_ds1.audit import parse_exact
+from hpc_ds1.eventlog.audit import parse_exact
 from hpc_ds1.events import DeviceRegistered, MalformedEvent, decode, envelope
 from hpc_ds1.events.codec import envelope_of
 

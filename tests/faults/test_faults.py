@@ -19,7 +19,7 @@ from benchmarks.faults.cluster import MARKER, kill_marked, marked, stream_ids
 from benchmarks.faults.outcome import Outcome
 from benchmarks.faults.publisher import measurement, publish_through_faults
 from benchmarks.faults.scenarios import lock_free
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.settings import Settings
 
 

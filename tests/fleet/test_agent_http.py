@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import ModelPublished, envelope
 from hpc_ds1.fleet import Agent, submit
 from hpc_ds1.fleet.client import device_file, load_identity
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings
 from tests.fleet.coordinator import SIZE, Coordinator, bearer, stop_agent

@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 
-from hpc_ds1.credentials import CredentialError
 from hpc_ds1.fleet import Agent
 from hpc_ds1.fleet.agent import ModelWatch, measurement_chunks
 from hpc_ds1.fleet.client import (
@@ -30,6 +29,7 @@ from hpc_ds1.fleet.client import (
 from hpc_ds1.fleet.execute import TaskResult
 from hpc_ds1.fleet.work import WorkItem
 from hpc_ds1.models_store import save_local
+from hpc_ds1.security.credentials import CredentialError
 
 SERVER = "http://coordinator.test:8765"
 JOIN_TOKEN = "join_" + "j" * 40

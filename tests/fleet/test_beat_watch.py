@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.fleet.liveness import BeatWatch, Heartbeat, beat, liveness_bucket
 from hpc_ds1.settings import Settings
 from tests.support.waiting import until

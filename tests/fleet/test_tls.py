@@ -30,7 +30,6 @@ import pytest
 import uvicorn
 from cryptography import x509
 
-from hpc_ds1.credentials import CredentialError, join_command, reachable_host
 from hpc_ds1.fleet.agent import Agent
 from hpc_ds1.fleet.client import (
     FleetClient,
@@ -45,6 +44,7 @@ from hpc_ds1.fleet.client import (
 )
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port, wait_for_port
+from hpc_ds1.security.credentials import CredentialError, join_command, reachable_host
 from tests.support.commands import HPC_DS1
 
 TOKEN = "hds1_" + "t" * 40

@@ -25,9 +25,9 @@ from typing import Any
 import psutil
 import pytest
 
-from hpc_ds1.hardware import fingerprint
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port, wait_for_port
+from hpc_ds1.machine.hardware import fingerprint
 
 from .conftest import (
     HPC_DS1,

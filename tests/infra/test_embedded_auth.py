@@ -27,15 +27,15 @@ from nats.errors import TimeoutError as NatsTimeout
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, tables
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import decide_subject, status_subject
 from hpc_ds1.events import AuditCheckpoint, DeviceRegistered, envelope
 from hpc_ds1.infra.home import Endpoints, own_home
 from hpc_ds1.infra.postgres import hba_methods
 from hpc_ds1.infra.secrets import load_credentials, secrets_dir
-from hpc_ds1.runtime import SERVICES, run_services
+from hpc_ds1.process.runtime import SERVICES, run_services
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import decide_subject, status_subject
 from tests.infra.homes import home_settings, libpq
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

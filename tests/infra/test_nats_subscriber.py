@@ -25,17 +25,17 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.cli import PreconditionError
 from hpc_ds1.cli.token import _nats_owner
 from hpc_ds1.db import make_engine, tables
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import DeviceRegistered, decode, envelope
 from hpc_ds1.infra.home import Endpoints, own_home
 from hpc_ds1.infra.nats_auth import subscriber_user
 from hpc_ds1.infra.subscribers import check_name
-from hpc_ds1.runtime import run_services
+from hpc_ds1.process.runtime import run_services
+from hpc_ds1.security.tokens import lookup, token_hash
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import lookup, token_hash
 from tests.infra.homes import home_settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

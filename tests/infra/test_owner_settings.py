@@ -12,9 +12,9 @@ from pathlib import Path
 import nats
 import pytest
 
-from hpc_ds1.audit import AuditFile, audit_record
-from hpc_ds1.bus import EventBus
 from hpc_ds1.cli import main
+from hpc_ds1.eventlog.audit import AuditFile, audit_record
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import TokenRevoked, envelope
 from hpc_ds1.infra.home import (
     OwnerMismatch,

@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import make_engine, upgrade
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import DeviceRegistered, envelope
 from hpc_ds1.infra.home import own_home
 from hpc_ds1.infra.nats_server import EmbeddedNats, leftover_servers
@@ -142,7 +142,7 @@ def test_a_leftover_nats_server_of_the_store_is_stopped_first(tmp_path: Path) ->
 OWNER = """
 import asyncio, sys, time
 from pathlib import Path
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.infra.home import own_home
 from hpc_ds1.settings import Settings
 from sqlalchemy import text

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from hpc_ds1.hardware import Fingerprint, fingerprint
+from hpc_ds1.machine.hardware import Fingerprint, fingerprint
 from hpc_ds1.model import Measurement, Model, State, train
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.workloads import get_workload

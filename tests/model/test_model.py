@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import (
     Measurement,
     Model,

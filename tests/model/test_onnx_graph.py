@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Measurement, Model, train, training
 from hpc_ds1.model import estimators as est
 from hpc_ds1.model import features as ft

@@ -81,7 +81,7 @@ def test_a_model_trained_on_own_knobs_decides_over_them() -> None:
 
 
 def _trained_and_decided(space: ConfigSpace) -> None:
-    from hpc_ds1.hardware import fingerprint
+    from hpc_ds1.machine.hardware import fingerprint
 
     rows = []
     for size in (64, 128, 256):

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hpc_ds1.devicelock import Cancelled, device_lock
+from hpc_ds1.machine.devicelock import Cancelled, device_lock
 from hpc_ds1.runner import Status, run
 from hpc_ds1.runner.api import job_env, mpiexec_path
 from hpc_ds1.runner.jobspec import JobSpec
@@ -36,7 +36,7 @@ RUNNER = """
 import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from hpc_ds1.devicelock import device_lock
+from hpc_ds1.machine.devicelock import device_lock
 from hpc_ds1.runner import run
 from hpc_ds1.space import Config
 from hpc_ds1.workloads import register

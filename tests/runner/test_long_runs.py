@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_ds1.devicelock import Cancelled
+from hpc_ds1.machine.devicelock import Cancelled
 from hpc_ds1.measure import while_in_flight
 from hpc_ds1.runner import Job, Status, run, run_repeats, run_timeout
 from hpc_ds1.runner.inflight import InFlight, Running, elapsed_words, job_words

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import func, select
 
 from hpc_ds1.db import tables
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
 from hpc_ds1.space import ConfigSpace

@@ -14,12 +14,12 @@ import pytest
 from sqlalchemy import select
 
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.subjects import agent_run_subject
 from hpc_ds1.requests import RunRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.setup import PROFILES, Campaign, plan_jobs
 from hpc_ds1.space import ConfigSpace
 from hpc_ds1.stack import open_stack
-from hpc_ds1.subjects import agent_run_subject
 from hpc_ds1.workloads import CommandWorkload, load_workload_file, register, unregister
 
 TOML = """

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc_ds1.devicelock import Cancelled
 from hpc_ds1.fleet.slurm import SlurmPartition
+from hpc_ds1.machine.devicelock import Cancelled
 from hpc_ds1.space import Config
 from tests.slurm.cluster import SlurmCluster
 

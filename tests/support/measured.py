@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from hpc_ds1.hardware import Fingerprint, fingerprint
+from hpc_ds1.machine.hardware import Fingerprint, fingerprint
 from hpc_ds1.model import Measurement, Model, TrainedModel, train
 from hpc_ds1.runner import Job, run_many
 from hpc_ds1.space import ConfigSpace

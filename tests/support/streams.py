@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 
 
 async def messages(bus: EventBus, stream: str) -> list[tuple[Any, ...]]:

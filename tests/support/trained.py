@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Measurement, train
 from hpc_ds1.models_store import save_local
 from hpc_ds1.space import ConfigSpace

@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from hpc_ds1.api import NoModelError
-    from hpc_ds1.bus import MissingStream
+    from hpc_ds1.eventlog.bus import MissingStream
     from hpc_ds1.infra.home import OwnerMismatch
 
     try:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..credentials import CredentialError
 from ..requests import SAFE_ID_RULE
+from ..security.credentials import CredentialError
 from . import UsageError
 from .common import add_home_argument, load_settings
 

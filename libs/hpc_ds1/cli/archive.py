@@ -1,5 +1,5 @@
 """`hpc-ds1 archive --before DATE`: old events out of the live stream into hash-chained,
-compressed archive segments, without losing the audit trail (`hpc_ds1.archive`)."""
+compressed archive segments, without losing the audit trail (`hpc_ds1.operations.archive`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
-from ..archive import ArchiveError, Outcome, archive_before, folder_of
 from ..db import tables
+from ..operations.archive import ArchiveError, Outcome, archive_before, folder_of
 from ..settings import Settings
 from ..stack import open_stack
 from . import UsageError

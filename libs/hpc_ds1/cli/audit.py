@@ -10,11 +10,11 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from ..archive import ArchiveError, check_audit_heads, folder_of, merged
-from ..audit import LogChain, Verdict, read_chain, verify, verify_against_log
-from ..bus import EventBus
 from ..db import make_engine, tables
+from ..eventlog.audit import LogChain, Verdict, read_chain, verify, verify_against_log
+from ..eventlog.bus import EventBus
 from ..infra.home import use_home
+from ..operations.archive import ArchiveError, check_audit_heads, folder_of, merged
 from ..settings import Settings
 from .common import add_home_argument, add_json_argument, load_settings, print_json
 

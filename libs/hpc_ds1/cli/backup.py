@@ -10,7 +10,9 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from ..backup import (
+from ..db import tables
+from ..infra.home import running_owner
+from ..operations.backup import (
     BackupError,
     Summary,
     backup,
@@ -19,8 +21,6 @@ from ..backup import (
     read_manifest,
     restore,
 )
-from ..db import tables
-from ..infra.home import running_owner
 from ..settings import Settings
 from ..stack import Stack, open_stack
 from . import UsageError

@@ -12,13 +12,13 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
-from ..credentials import CredentialError, bearer_for
-from ..idempotency import HEADER, ID_HEADER, KEY_RULE, InvalidKey, derived_id, parse_key
+from ..eventlog.idempotency import HEADER, ID_HEADER, KEY_RULE, InvalidKey, derived_id, parse_key
+from ..eventlog.subjects import decide_subject
 from ..infra.home import running_owner
 from ..requests import DecideBody, DecideRequest
+from ..security.credentials import CredentialError, bearer_for
 from ..settings import Settings
 from ..stack import open_stack
-from ..subjects import decide_subject
 from . import PreconditionError, UsageError
 from .common import (
     add_home_argument,

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from ..credentials import CredentialError, bearer_for
 from ..infra.home import running_owner
 from ..requests import SAFE_ID, SAFE_ID_RULE
+from ..security.credentials import CredentialError, bearer_for
 from . import PreconditionError, UsageError
 from .common import add_json_argument, emit, load_settings
 

@@ -527,7 +527,7 @@ async def _evaluate(
     from ..evaluation.live import run_stats
     from ..evaluation.report import render
     from ..evaluation.run import truth_plan
-    from ..hardware import Fingerprint
+    from ..machine.hardware import Fingerprint
     from ..setup.plan import PlannedJob
     from ..stack import open_stack
 

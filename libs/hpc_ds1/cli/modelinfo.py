@@ -96,7 +96,7 @@ def render(d: dict[str, Any]) -> str:
 
 def handle_show(args: argparse.Namespace) -> int:
     from ..api import NoModelError
-    from ..hardware import fingerprint
+    from ..machine.hardware import fingerprint
     from ..model import Model, Thresholds
     from ..models_store import latest_path
 

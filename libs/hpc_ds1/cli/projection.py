@@ -8,10 +8,10 @@ import time
 
 from sqlalchemy import func, select
 
-from ..archive import folder_of
-from ..bus import EventBus
 from ..db import make_engine, tables
+from ..eventlog.bus import EventBus
 from ..infra.home import use_home
+from ..operations.archive import folder_of
 from ..settings import Settings
 from .common import add_home_argument, add_json_argument, emit, load_settings
 

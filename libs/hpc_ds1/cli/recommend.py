@@ -72,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
 def from_home(settings: Any, workload: str, size: int) -> dict[str, Any]:
     """From the home's model, with this machine's hardware for the guard."""
     from ..api import load
-    from ..hardware import fingerprint
+    from ..machine.hardware import fingerprint
     from ..model import Thresholds
     from ..recommendation import RecommendError, recommend
 
@@ -87,7 +87,7 @@ def from_home(settings: Any, workload: str, size: int) -> dict[str, Any]:
 def over_http(
     home: Any, server: str, token: str | None, workload: str, size: int
 ) -> dict[str, Any]:
-    from ..credentials import CredentialError, bearer_for
+    from ..security.credentials import CredentialError, bearer_for
 
     try:
         bearer = bearer_for(home, server, token)

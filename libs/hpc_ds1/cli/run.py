@@ -158,7 +158,7 @@ def _result(args: argparse.Namespace) -> Any:
         raise UsageError(f"--repeats must be >= 1, not {args.repeats}")
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout must be positive, not {args.timeout}")
-    from hpc_ds1.devicelock import device_lock
+    from hpc_ds1.machine.devicelock import device_lock
     from hpc_ds1.settings import Settings
 
     try:

@@ -11,8 +11,12 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..children import Child, start_children, watch_children
-from ..credentials import (
+from ..db import make_engine
+from ..infra.home import Endpoints, own_home
+from ..infra.tls import ServerCertificate, TLSError, ensure_server_cert, local_names
+from ..process.children import Child, start_children, watch_children
+from ..process.runtime import SERVICES, install_stop_signals, run_loop, run_services
+from ..security.credentials import (
     cli_token_path,
     current_join_token,
     ensure_join_token,
@@ -22,10 +26,6 @@ from ..credentials import (
     public_server,
     serves_tls,
 )
-from ..db import make_engine
-from ..infra.home import Endpoints, own_home
-from ..infra.tls import ServerCertificate, TLSError, ensure_server_cert, local_names
-from ..runtime import SERVICES, install_stop_signals, run_loop, run_services
 from ..settings import Settings
 from . import UsageError, main
 from .common import add_home_argument, load_settings
@@ -86,7 +86,7 @@ def use_processes(mode: str) -> bool:
     with one; on one core the processes would only take turns, so one process there."""
     if mode != "auto":
         return mode == "processes"
-    from ..allocation import detect
+    from ..machine.allocation import detect
 
     return detect().usable >= 2
 

@@ -6,9 +6,9 @@ import argparse
 import asyncio
 
 from ..infra.home import Endpoints, check_nats_credentials, migrate, use_home
-from ..runtime import SERVICES, NatsUrls, install_stop_signals, run_loop, run_services
+from ..process.runtime import SERVICES, NatsUrls, install_stop_signals, run_loop, run_services
+from ..process.stuck_exit import exit_if_stuck
 from ..settings import Settings
-from ..stuck_exit import exit_if_stuck
 from . import UsageError
 from .common import add_home_argument, load_settings
 

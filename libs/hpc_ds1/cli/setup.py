@@ -11,12 +11,12 @@ from typing import Any
 
 import orjson
 
+from ..eventlog.subjects import train_subject
 from ..settings import Settings
 from ..setup import PROFILES, Campaign, plan_jobs
 from ..setup.budget import Budget, BudgetError, run_budgeted
 from ..setup.warm import PriorOf, WarmError, from_projection, from_server
 from ..stack import open_stack
-from ..subjects import train_subject
 from . import CommandFailed, PreconditionError, UsageError
 from .common import (
     add_home_argument,
@@ -164,7 +164,7 @@ def _server(
         return None
     if warm_from is None:
         raise UsageError("--server is where a warm setup reads the fleet from: give --warm too")
-    from ..credentials import CredentialError, bearer_for
+    from ..security.credentials import CredentialError, bearer_for
 
     try:
         return args.server, bearer_for(home, args.server, args.token)
@@ -202,7 +202,7 @@ async def _setup(
     """`repeats`: `--repeats`, for every workload; None: each workload's own, else the
     profile's (plan_jobs). `warm_from`: a warm budgeted setup (setup/warm.py), from `server`
     ((URL, bearer) of the coordinator) or this home's projection; None: cold."""
-    from ..hardware import fingerprint
+    from ..machine.hardware import fingerprint
     from ..space import ConfigSpace
 
     fp = await asyncio.to_thread(fingerprint)

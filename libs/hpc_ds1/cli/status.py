@@ -49,8 +49,8 @@ def _model(settings: Any, here: Any) -> dict[str, Any] | None:
 
 def _server(settings: Any) -> dict[str, Any] | None:
     """The home's running server (owner.json, held by its owner), and what it answers."""
-    from ..credentials import bearer_for
     from ..infra.home import running_owner
+    from ..security.credentials import bearer_for
 
     owner = running_owner(settings.home)
     if owner is None:
@@ -120,7 +120,7 @@ def render(s: dict[str, Any]) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..hardware import fingerprint
+    from ..machine.hardware import fingerprint
 
     settings = load_settings(quiet=True, home=args.home)
     here = fingerprint()

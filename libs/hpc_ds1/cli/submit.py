@@ -8,9 +8,9 @@ import json
 import sys
 from typing import Any
 
-from ..credentials import CredentialError, bearer_for
-from ..idempotency import KEY_RULE, InvalidKey, parse_key
+from ..eventlog.idempotency import KEY_RULE, InvalidKey, parse_key
 from ..infra.home import running_owner
+from ..security.credentials import CredentialError, bearer_for
 from . import PreconditionError, UsageError
 from .common import add_home_argument, load_settings
 

@@ -3,7 +3,7 @@
 use, as the gateways saw it); `login`
 prints a new one-time login URL for the browser, `join` the fleet's join token with its expiry
 and uses left (`--rotate [--ttl 24h] [--uses 10]`: a new one, the old one revoked); see
-hpc_ds1.credentials. `nats --name NAME` makes a read-only NATS subscriber credential of the
+hpc_ds1.security.credentials. `nats --name NAME` makes a read-only NATS subscriber credential of the
 embedded server (`--revoke NAME` removes it), audited as a token of role `nats`; see
 hpc_ds1.infra.subscribers and docs/watching.md."""
 
@@ -23,8 +23,22 @@ import nats
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..bus import ConcurrencyConflict
-from ..credentials import (
+from ..db import make_engine, tables
+from ..eventlog.bus import ConcurrencyConflict
+from ..events import TokenCreated, TokenRevoked, envelope
+from ..infra.home import Endpoints, running_owner, settings_of_owner
+from ..infra.nats_auth import nats_users, subscriber_inbox
+from ..infra.nats_server import reload_users
+from ..infra.secrets import load_credentials
+from ..infra.subscribers import (
+    NAME_RULE,
+    Subscriber,
+    add_subscriber,
+    check_name,
+    load_subscribers,
+    remove_subscriber,
+)
+from ..security.credentials import (
     JOIN_HOLDER,
     JOIN_TTL_DEFAULT_S,
     JOIN_USES_DEFAULT,
@@ -45,23 +59,7 @@ from ..credentials import (
     utc_text,
     wait_active,
 )
-from ..db import make_engine, tables
-from ..events import TokenCreated, TokenRevoked, envelope
-from ..infra.home import Endpoints, running_owner, settings_of_owner
-from ..infra.nats_auth import nats_users, subscriber_inbox
-from ..infra.nats_server import reload_users
-from ..infra.secrets import load_credentials
-from ..infra.subscribers import (
-    NAME_RULE,
-    Subscriber,
-    add_subscriber,
-    check_name,
-    load_subscribers,
-    remove_subscriber,
-)
-from ..settings import Settings
-from ..stack import Stack, open_stack
-from ..tokens import (
+from ..security.tokens import (
     HOLDER_PATTERN,
     HOLDER_RULE,
     ROLES,
@@ -70,6 +68,8 @@ from ..tokens import (
     parse_expiry,
     token_hash,
 )
+from ..settings import Settings
+from ..stack import Stack, open_stack
 from . import PreconditionError, UsageError
 from .common import add_home_argument, add_json_argument, emit, load_settings, print_json
 

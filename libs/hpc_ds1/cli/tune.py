@@ -14,14 +14,14 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
-from ..approvals import ApprovalError, decide_approval
-from ..credentials import CredentialError, bearer_for
+from ..eventlog.subjects import start_session_subject
 from ..events import new_id
 from ..infra.home import running_owner
 from ..requests import StartSessionRequest
+from ..security.approvals import ApprovalError, decide_approval
+from ..security.credentials import CredentialError, bearer_for
 from ..settings import Settings
 from ..stack import open_stack
-from ..subjects import start_session_subject
 from . import UsageError
 from .common import (
     add_home_argument,

@@ -72,7 +72,7 @@ def device_runs(
     """Real runs on this machine as `tune`'s agent makes them (RUN_REPEATS timed runs after a
     warm-up, one launch), each under the home's device lock; once `cancel` is set, the launch
     that runs is stopped and every later run raises devicelock.Cancelled."""
-    from hpc_ds1.devicelock import device_lock
+    from hpc_ds1.machine.devicelock import device_lock
     from hpc_ds1.requests import RUN_REPEATS
     from hpc_ds1.runner import run
 

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..devicelock import Cancelled, device_lock
 from ..infra import tls
 from ..log import get_logger
+from ..machine.devicelock import Cancelled, device_lock
 from ..requests import SAFE_ID, SAFE_ID_RULE
 from ..settings import Settings
 from .client import (
@@ -455,7 +455,7 @@ class Agent:
         return found
 
     async def _join(self, client: AgentClient) -> Identity:
-        from ..hardware import fingerprint
+        from ..machine.hardware import fingerprint
 
         if not self._join_token:
             raise FleetError(

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..credentials import CredentialError, _replace, credentials_dir
 from ..infra import tls
 from ..log import get_logger
+from ..security.credentials import CredentialError, _replace, credentials_dir
 from .execute import TaskResult
 from .work import WorkItem
 
@@ -213,7 +213,7 @@ def resolve_trust(server: str, ca_pin: str | None = None, home: Path | None = No
 
 
 def _stored_trust(server: str, home: Path) -> Trust | None:
-    from ..credentials import CredentialError
+    from ..security.credentials import CredentialError
 
     try:
         identity = load_identity(home, server)
@@ -226,7 +226,7 @@ def _stored_trust(server: str, home: Path) -> Trust | None:
     owner = running_owner(home)
     pin = tls.home_pin(home)
     if owner is not None and owner.gateway_url and pin is not None:
-        from ..credentials import _origin
+        from ..security.credentials import _origin
 
         if _origin(owner.gateway_url) == _origin(server):
             return Trust(pin, tls.HomeTLS.of(home).ca_cert.read_text())

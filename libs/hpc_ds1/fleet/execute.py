@@ -20,11 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine, select
 
 from ..db import tables
-from ..devicelock import device_lock
 from ..events import Envelope, MeasurementRecorded, TaskFinished, TaskRunFailed, TaskStarted
 from ..events import envelope as make_envelope
 from ..events.base import Event
 from ..log import get_logger
+from ..machine.devicelock import device_lock
 from ..runner import InvalidJob, RunResult, run, run_repeats, run_timeout, validate
 from ..runner.estimate import RuntimeEstimate, check_cap
 from ..space import Config, ConfigSpace

@@ -17,7 +17,7 @@ from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..bus import kv_bucket
+from ..eventlog.bus import kv_bucket
 from ..log import get_logger
 from ..settings import Settings
 

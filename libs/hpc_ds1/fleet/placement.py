@@ -294,7 +294,7 @@ def _waiting(
 def default_config(device: DeviceView, workload: str) -> dict[str, Any]:
     """The device's default configuration for `workload` (one rank, every core), for a device
     with neither a measurement nor a model of the job."""
-    from ..hardware import Fingerprint
+    from ..machine.hardware import Fingerprint
     from ..space import ConfigSpace
 
     try:

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..devicelock import Cancelled
-from ..hardware import Fingerprint
 from ..log import get_logger
+from ..machine.devicelock import Cancelled
+from ..machine.hardware import Fingerprint
 from ..runner import RunResult
 from ..runner.jobenv import job_env
 from ..space import Config
@@ -87,7 +87,7 @@ class SlurmPartition:
     def fingerprint(self, timeout_s: float = FINGERPRINT_TIMEOUT_S) -> Fingerprint:
         """A node of the partition, measured there (`srun -N1 --exclusive`: the whole node)."""
         code = (
-            "from hpc_ds1.hardware import fingerprint; "
+            "from hpc_ds1.machine.hardware import fingerprint; "
             "print('@@FP ' + fingerprint().model_dump_json())"
         )
         argv = [_need("srun"), "-p", self.partition, "-N", "1", "-n", "1", "--exclusive"]

@@ -22,9 +22,9 @@ from nats.js.api import (
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..bus import until_answered
+from ..eventlog.bus import until_answered
+from ..eventlog.subjects import work_subject
 from ..settings import Settings
-from ..subjects import work_subject
 
 
 class WorkItem(BaseModel):

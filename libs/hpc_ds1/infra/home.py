@@ -22,8 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from ..bus import server_list
 from ..db import make_engine, normalize_url, upgrade
+from ..eventlog.bus import server_list
 from ..log import get_logger
 from ..settings import Settings
 from .nats_auth import nats_users

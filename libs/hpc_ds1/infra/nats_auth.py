@@ -26,7 +26,7 @@ WORK_WRITERS = frozenset({"placement"})
 # Services that write heartbeats to the liveness KV bucket: the local agent, and the gateway
 # on behalf of remote agents.
 LIVENESS_WRITERS = frozenset({"agent", "gateway"})
-# Services that claim keyed requests before running them (hpc_ds1.claims).
+# Services that claim keyed requests before running them (hpc_ds1.eventlog.claims).
 CLAIM_WRITERS = frozenset({"decision"})
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import SERVICES
+from ..process.runtime import SERVICES
 
 CLI_USER = "cli"
 NATS_USERS: tuple[str, ...] = (*SERVICES, CLI_USER)

@@ -253,7 +253,7 @@ class Model:
         """This device's space (the training device's, or `fingerprint`'s) for `workload`."""
         fp = self.fingerprint if fingerprint is None else fingerprint
         info: dict[str, Any] = fp if isinstance(fp, dict) else fp.model_dump()
-        # The allocation's CPUs where the fingerprint has them (hpc_ds1.allocation).
+        # The allocation's CPUs where the fingerprint has them (hpc_ds1.machine.allocation).
         cpus, gpus = int(info.get("usable_cpus") or info["logical_cpus"]), len(info["gpus"])
         key = (workload, cpus, gpus)
         if key not in self._spaces:
@@ -602,7 +602,7 @@ class Model:
         oversubscribed one (the runnable space), so a decision can lead back from it.
         `repeats` (None: the workload's own, else 3) and the run's timeout (the workload's
         own, else the runner's default) come from the workload's file when it declares them."""
-        from hpc_ds1.devicelock import device_lock
+        from hpc_ds1.machine.devicelock import device_lock
         from hpc_ds1.runner import run
         from hpc_ds1.settings import Settings
         from hpc_ds1.space import ConfigSpace

@@ -9,8 +9,8 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Table, exists, func, literal
 from sqlalchemy.dialects.postgresql import JSONB
 
-from hpc_ds1.audit import audit_record, parse_exact
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import audit_record, parse_exact
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,

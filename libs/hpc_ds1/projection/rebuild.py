@@ -9,9 +9,9 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from hpc_ds1.archive import merged
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.log import get_logger
+from hpc_ds1.operations.archive import merged
 
 from .fold import Folded, find_gaps, fold
 from .store import Applied, apply, read_checkpoint, record_gaps, truncate_read_models

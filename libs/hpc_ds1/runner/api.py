@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.devicelock import Cancelled
+from hpc_ds1.machine.devicelock import Cancelled
 from hpc_ds1.runner import launch, protocol
 from hpc_ds1.runner.checks import InvalidJob, check_size, validate
 from hpc_ds1.runner.jobenv import GRACE_S, job_env

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_ds1.devicelock import Cancelled
+from hpc_ds1.machine.devicelock import Cancelled
 from hpc_ds1.runner.procs import Process
 from hpc_ds1.runner.result import Job, RunResult, Status
 from hpc_ds1.workloads.base import CheckResult

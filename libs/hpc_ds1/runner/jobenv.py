@@ -51,7 +51,7 @@ def job_env(
     }
     if threads > 1:  # ranks of one thread have no OpenMP team to wait at a barrier
         if cpus is None:
-            from hpc_ds1.allocation import detect
+            from hpc_ds1.machine.allocation import detect
 
             cpus = detect().usable
         if ranks * threads > cpus:

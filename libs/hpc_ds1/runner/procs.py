@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from hpc_ds1.devicelock import held
-from hpc_ds1.jobmarks import MARKER_VAR, kill_marked, marked, wait_gone
+from hpc_ds1.machine.devicelock import held
+from hpc_ds1.machine.jobmarks import MARKER_VAR, kill_marked, marked, wait_gone
 
 EOF_MARK = None
 GUARD = str(Path(__file__).with_name("guard.py"))

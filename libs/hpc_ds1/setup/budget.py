@@ -24,8 +24,8 @@ from typing import Any
 from sqlalchemy import select
 
 from hpc_ds1.db import tables
-from hpc_ds1.devicelock import device_lock
 from hpc_ds1.knobs import KnobConfig
+from hpc_ds1.machine.devicelock import device_lock
 from hpc_ds1.runner import Job, RunResult, run_many, run_repeats
 from hpc_ds1.runner.inflight import InFlight
 from hpc_ds1.space import ConfigSpace, knob_view

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import select
 
 from hpc_ds1.db import tables
-from hpc_ds1.devicelock import device_lock
 from hpc_ds1.events import envelope, new_id
+from hpc_ds1.machine.devicelock import device_lock
 from hpc_ds1.measure import config_key, heartbeats, measurement_event, while_in_flight
 from hpc_ds1.runner import RunResult, run_timeout
 from hpc_ds1.runner.inflight import InFlight, Running, elapsed_words, job_words

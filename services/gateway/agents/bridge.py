@@ -17,7 +17,7 @@ from nats.js.errors import FetchTimeoutError
 from nats.js.kv import KeyValue
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.fleet.liveness import Heartbeat, beat, last_beat, liveness_bucket
 from hpc_ds1.fleet.work import WorkItem, device_queue
 from hpc_ds1.log import get_logger

@@ -38,8 +38,8 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NoStreamResponseError
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import PUBLISH_RETRY_S, EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import PUBLISH_RETRY_S, EventBus
 from hpc_ds1.events import (
     Envelope,
     Event,
@@ -56,8 +56,8 @@ from hpc_ds1.requests import (
     SAFE_ID,
     SAFE_ID_PATTERN,
 )
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal
 
 from ..api.tasks import TaskId, task_state
 from ..deps import BusDep, EngineDep, SettingsDep

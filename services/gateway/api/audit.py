@@ -12,7 +12,7 @@ from sqlalchemy import Engine, func, select
 
 from hpc_ds1.db import tables
 from hpc_ds1.requests import MAX_SEQ, SAFE_ID_PATTERN
-from hpc_ds1.tokens import Principal
+from hpc_ds1.security.tokens import Principal
 
 from ..deps import EngineDep
 from ..edge.auth import require

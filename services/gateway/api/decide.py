@@ -6,7 +6,8 @@ and the actor from the credential. With telemetry the answer is one forward pass
 without it the job first runs for real on the device, which needs an engineer.
 
 `Idempotency-Key` makes a retry safe: the decision service decides the key (scoped by the
-caller's token) once and answers a retry with the original decision (hpc_ds1.idempotency)."""
+caller's token) once and answers a retry with the original decision
+(hpc_ds1.eventlog.idempotency)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,19 @@ import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Response
 from nats.errors import NoRespondersError
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.idempotency import HEADER, ID_HEADER, KEY_RULE, InvalidKey, derived_id, parse_key
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.idempotency import (
+    HEADER,
+    ID_HEADER,
+    KEY_RULE,
+    InvalidKey,
+    derived_id,
+    parse_key,
+)
+from hpc_ds1.eventlog.subjects import decide_subject
 from hpc_ds1.requests import DecideBody, DecideRequest
+from hpc_ds1.security.tokens import Principal, role_allows
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import decide_subject
-from hpc_ds1.tokens import Principal, role_allows
 
 from ..deps import BusDep, SettingsDep
 from ..edge.auth import authenticated

@@ -19,14 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, and_, distinct, func, select, true
 from sqlalchemy.dialects.postgresql import distinct_on
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import DeviceDraining, DeviceLeft, TokenRevoked, envelope
 from hpc_ds1.fleet.liveness import Heartbeat, all_beats, is_online, last_beat, liveness_bucket
 from hpc_ds1.log import get_logger
 from hpc_ds1.requests import SAFE_ID_PATTERN
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal
 
 from ..deps import BusDep, EngineDep
 from ..edge.auth import require

@@ -16,8 +16,8 @@ from sqlalchemy import Engine, select
 
 from hpc_ds1.db import tables
 from hpc_ds1.requests import SAFE_ID_PATTERN
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal
 
 from ..deps import EngineDep, SettingsDep
 from ..edge.auth import require

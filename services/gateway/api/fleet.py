@@ -2,10 +2,11 @@
 GET /v1/fleet/join-token shows the join token to an admin on the coordinator itself.
 
 The join token (role `join`, holder `fleet-join`, in $HPC_DS1_HOME/credentials/join.token; see
-hpc_ds1.credentials) lets anyone who holds it add a device to this fleet, so it is shown only to
-this machine. A device credential is an `agent` token whose holder is the device id: everything
-the device sends later acts as that device and nothing else. A join names a device that does not
-exist yet; a device that restarts keeps its stored credential instead of joining again.
+hpc_ds1.security.credentials) lets anyone who holds it add a device to this fleet, so it is shown
+only to this machine. A device credential is an `agent` token whose holder is the device id:
+everything the device sends later acts as that device and nothing else. A join names a device
+that does not exist yet; a device that restarts keeps its stored credential instead of joining
+again.
 
 A join token expires and admits a number of devices (token.created's expires_at and max_uses).
 A join reads the token's history from the log, refuses it (401, saying which) when it expired
@@ -30,8 +31,13 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import ConcurrencyConflict, EventBus
-from hpc_ds1.credentials import (
+from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import ConcurrencyConflict, EventBus
+from hpc_ds1.events import DeviceRegistered, Envelope, TokenCreated, TokenUsed, envelope
+from hpc_ds1.log import get_logger
+from hpc_ds1.machine.hardware import GPU, Fingerprint
+from hpc_ds1.requests import SAFE_ID_RULE, SafeId
+from hpc_ds1.security.credentials import (
     NEW_JOIN_TOKEN,
     join_command,
     join_pin,
@@ -41,12 +47,7 @@ from hpc_ds1.credentials import (
     token_limits,
     wait_active,
 )
-from hpc_ds1.db import tables
-from hpc_ds1.events import DeviceRegistered, Envelope, TokenCreated, TokenUsed, envelope
-from hpc_ds1.hardware import GPU, Fingerprint
-from hpc_ds1.log import get_logger
-from hpc_ds1.requests import SAFE_ID_RULE, SafeId
-from hpc_ds1.tokens import Principal, new_token, new_token_id, token_hash
+from hpc_ds1.security.tokens import Principal, new_token, new_token_id, token_hash
 
 from ..deps import BusDep, EngineDep, SettingsDep
 from ..edge.auth import limit_joins, require
@@ -92,7 +93,8 @@ class GPUIn(GPU):
 
 
 class FingerprintIn(Fingerprint):
-    """A joining device's hardware fingerprint (hpc_ds1.hardware.Fingerprint, sizes bounded)."""
+    """A joining device's hardware fingerprint (hpc_ds1.machine.hardware.Fingerprint, sizes
+    bounded)."""
 
     device_id: Short
     hostname: Text

@@ -21,8 +21,8 @@ from sqlalchemy import Engine, func, literal, select
 from hpc_ds1.db import tables
 from hpc_ds1.model.summary import dig, summarize
 from hpc_ds1.requests import SAFE_ID_PATTERN
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal
 
 from ..deps import EngineDep, SettingsDep
 from ..edge.auth import require
@@ -164,7 +164,7 @@ def _held_out_sizes(workload: str) -> frozenset[int]:
 
 def _planned(fingerprint: dict[str, Any]) -> dict[str, int]:
     """Runs `hpc-ds1 setup --quick` and `hpc-ds1 setup` plan on this device (every workload)."""
-    from hpc_ds1.hardware import Fingerprint
+    from hpc_ds1.machine.hardware import Fingerprint
     from hpc_ds1.setup.plan import PROFILES, plan_jobs
     from hpc_ds1.space import ConfigSpace
     from hpc_ds1.workloads import get_workload, list_workloads

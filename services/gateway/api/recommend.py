@@ -13,13 +13,13 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
 from hpc_ds1.db.reads import latest_model
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.models_store import models_bucket
 from hpc_ds1.requests import MAX_SIZE, SafeId, Size, WorkloadName
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal
 
 from ..deps import EngineDep, SettingsDep
 from ..edge.auth import require
@@ -135,7 +135,7 @@ async def recommend(
     auto threshold with a quiet guard, escalate below the escalate threshold or when the
     guard speaks, confirm between) and the reasons. 422 for a workload neither the registry
     nor the model knows, or a size out of range; 409 before the device has a model."""
-    from hpc_ds1.hardware import Fingerprint
+    from hpc_ds1.machine.hardware import Fingerprint
     from hpc_ds1.model import Thresholds
     from hpc_ds1.recommendation import RecommendError
     from hpc_ds1.recommendation import recommend as system1

@@ -18,13 +18,13 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Resp
 from nats.errors import NoRespondersError
 from sqlalchemy import Engine, select
 
-from hpc_ds1.approvals import ApprovalError, decide_approval
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
-from hpc_ds1.idempotency import HEADER, KeyReused
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.idempotency import HEADER, KeyReused
+from hpc_ds1.eventlog.subjects import start_session_subject
 from hpc_ds1.requests import SAFE_ID_PATTERN, ApprovalVerdict, StartSessionRequest
-from hpc_ds1.subjects import start_session_subject
-from hpc_ds1.tokens import Principal
+from hpc_ds1.security.approvals import ApprovalError, decide_approval
+from hpc_ds1.security.tokens import Principal
 
 from ..deps import BusDep, EngineDep, SettingsDep
 from ..edge.auth import require

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from hpc_ds1.db.reads import sibling_runs
 from hpc_ds1.requests import MAX_SIZE, SAFE_ID_PATTERN, WORKLOAD_NAME_PATTERN
-from hpc_ds1.tokens import Principal
+from hpc_ds1.security.tokens import Principal
 
 from ..deps import EngineDep
 from ..edge.auth import require

@@ -9,7 +9,7 @@ accepted.
 
 With `Idempotency-Key` a retried submission is one task: the key (scoped by the caller's token)
 is the task's id and its event's, and a retry answers the task submitted first
-(hpc_ds1.idempotency)."""
+(hpc_ds1.eventlog.idempotency)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, select
 
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.idempotency import HEADER, KeyReused, append_once, request_sha256
 from hpc_ds1.events import Envelope, TaskSubmitted, envelope, new_id
-from hpc_ds1.idempotency import HEADER, KeyReused, append_once, request_sha256
 from hpc_ds1.requests import MAX_SIZE, SAFE_ID_PATTERN, SafeId, Size, WorkloadName
-from hpc_ds1.tokens import Principal
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.workloads import UnknownWorkload, get_workload, list_workloads
 
 from ..deps import BusDep, EngineDep, SettingsDep

@@ -44,14 +44,14 @@ from sqlalchemy import Engine, func, select
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.console import SECTIONS, STATIC_DIR, TEMPLATES_DIR
-from hpc_ds1.credentials import owner_name, public_server
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import EVENT_TYPES
 from hpc_ds1.log import get_logger
+from hpc_ds1.security.credentials import owner_name, public_server
+from hpc_ds1.security.tokens import PERSON_ROLES, Principal, lookup
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import PERSON_ROLES, Principal, lookup
 from hpc_ds1.version import __version__
 
 from ..api.audit import query_stats

@@ -46,11 +46,11 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import consume_login_token, owner_name
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.log import get_logger
+from hpc_ds1.security.credentials import consume_login_token, owner_name
+from hpc_ds1.security.tokens import ROLES, Principal, lookup, role_allows
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import ROLES, Principal, lookup, role_allows
 
 from ..schemas import ERRORS_401_403, ErrorBody
 from .ratelimit import QuietLog, RateLimiter, client_address, retry_after, this_machine

@@ -48,10 +48,10 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy import Engine, text
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.log import get_logger
+from hpc_ds1.security.tokens import Principal
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal
 from hpc_ds1.version import __version__
 
 from ..schemas import ERRORS_401_403

@@ -41,8 +41,8 @@ from sqlalchemy import Engine, delete, func, insert, text
 
 from hpc_ds1.db import tables
 from hpc_ds1.log import get_logger
+from hpc_ds1.security.tokens import PERSON_ROLES
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import PERSON_ROLES
 
 from .auth import open_session
 from .ratelimit import client_address

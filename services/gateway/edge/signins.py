@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from hpc_ds1.db import tables
 from hpc_ds1.log import get_logger
-from hpc_ds1.tokens import Principal
+from hpc_ds1.security.tokens import Principal
 
 log = get_logger("gateway.auth")
 

@@ -42,10 +42,10 @@ import orjson
 from nats.aio.subscription import Subscription
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.log import get_logger
-from hpc_ds1.singleflight import SingleFlight
-from hpc_ds1.tokens import TOKEN_PATTERN, Principal, lookup, token_hash
+from hpc_ds1.process.singleflight import SingleFlight
+from hpc_ds1.security.tokens import TOKEN_PATTERN, Principal, lookup, token_hash
 
 log = get_logger("gateway.auth")
 

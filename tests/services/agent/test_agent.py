@@ -21,12 +21,13 @@ import pytest
 from nats.errors import NoRespondersError
 from sqlalchemy import Engine, func, select
 
-from hpc_ds1 import bus as hpc_bus
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
-from hpc_ds1.devicelock import device_lock
+from hpc_ds1.eventlog import bus as hpc_bus
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import agent_run_subject
 from hpc_ds1.events import MeasurementRecorded, envelope
-from hpc_ds1.hardware import fingerprint
+from hpc_ds1.machine.devicelock import device_lock
+from hpc_ds1.machine.hardware import fingerprint
 from hpc_ds1.measure import publish_retrying
 from hpc_ds1.requests import RunRequest
 from hpc_ds1.runner.procs import MARKER_VAR
@@ -34,7 +35,6 @@ from hpc_ds1.services.agent import jobs as agent_jobs
 from hpc_ds1.services.agent.jobs import sweep_leftovers
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
-from hpc_ds1.subjects import agent_run_subject
 from hpc_ds1.workloads import command_workload, get_workload, register, unregister
 from tests.support.commands import HPC_DS1
 from tests.support.waiting import until

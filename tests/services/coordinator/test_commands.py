@@ -11,10 +11,10 @@ import orjson
 import pytest
 from sqlalchemy import Engine, select
 
-from hpc_ds1.approvals import ApprovalError, decide_approval
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import start_session_subject
 from hpc_ds1.events import (
     ApprovalRequested,
     DeviceRegistered,
@@ -25,13 +25,13 @@ from hpc_ds1.events import (
     SessionStepRun,
     envelope,
 )
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
+from hpc_ds1.security.approvals import ApprovalError, decide_approval
 from hpc_ds1.services.coordinator import Coordinator
 from hpc_ds1.services.coordinator.sessions import SessionRunner, approval_id_for
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
 from hpc_ds1.space import ConfigSpace
-from hpc_ds1.subjects import start_session_subject
 
 from .device import DEVICE, FINGERPRINT, START
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     DeviceLeft,
     DeviceRegistered,
@@ -29,7 +29,7 @@ from hpc_ds1.events import (
     envelope,
 )
 from hpc_ds1.fleet.liveness import Heartbeat, beat, liveness_bucket
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.services.coordinator.fleet import ActiveTask, FleetLifecycle, pickup_timeout_s
 from hpc_ds1.services.projector import Projector
 from hpc_ds1.settings import Settings

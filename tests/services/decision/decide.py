@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
+from hpc_ds1.eventlog.subjects import decide_subject
 from hpc_ds1.requests import DecideRequest
 from hpc_ds1.stack import Stack
-from hpc_ds1.subjects import decide_subject
 from hpc_ds1.workloads import get_workload
 
 WAIT_S = 90.0

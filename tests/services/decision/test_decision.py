@@ -12,10 +12,10 @@ import orjson
 from sqlalchemy import Engine, func, select
 
 from hpc_ds1.db import tables
-from hpc_ds1.devicelock import device_lock
+from hpc_ds1.eventlog.subjects import status_subject
+from hpc_ds1.machine.devicelock import device_lock
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack
-from hpc_ds1.subjects import status_subject
 
 from .decide import GEMM, MONTECARLO, WAIT_S, decide
 

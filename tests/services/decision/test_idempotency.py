@@ -17,14 +17,14 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.claims import CLAIM_TTL_S, claim, claims_bucket, held, holding
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.claims import CLAIM_TTL_S, claim, claims_bucket, held, holding
+from hpc_ds1.eventlog.idempotency import KeyReused, append_once, derived_id, find, parse_key
 from hpc_ds1.events import DecisionMade, ModelPublished, envelope
-from hpc_ds1.idempotency import KeyReused, append_once, derived_id, find, parse_key
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.models_store import save_local
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.requests import DecideRequest
-from hpc_ds1.runtime import ServiceContext
 from hpc_ds1.services.decision import DecisionService
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings

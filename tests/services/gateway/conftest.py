@@ -11,13 +11,13 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import TokenCreated, envelope
+from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import new_token, token_hash
 
 ROLE_TOKENS = {role: new_token() for role in ("viewer", "engineer", "admin", "agent")}
 

@@ -15,13 +15,13 @@ import structlog
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import read_join_token, register_join_token, wait_active
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import TokenCreated, envelope
-from hpc_ds1.runtime import run_service
+from hpc_ds1.process.runtime import run_service
+from hpc_ds1.security.credentials import read_join_token, register_join_token, wait_active
+from hpc_ds1.security.tokens import token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import token_hash
 
 from .conftest import ROLE_TOKENS, as_role
 

@@ -17,14 +17,14 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from hpc_ds1 import log as hpc_log
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import decide_subject, start_session_subject, status_subject
 from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, TokenCreated
+from hpc_ds1.process.runtime import SERVICES
 from hpc_ds1.requests import MAX_SEQ, MAX_SIZE
-from hpc_ds1.runtime import SERVICES
+from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import decide_subject, start_session_subject, status_subject
-from hpc_ds1.tokens import new_token, token_hash
 
 from .conftest import ROLE_TOKENS, as_role, asgi_client, fold
 

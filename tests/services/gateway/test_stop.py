@@ -9,9 +9,9 @@ import asyncio
 import httpx
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.infra.ports import free_port
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.services import gateway
 from hpc_ds1.settings import Settings
 from tests.services.gateway.conftest import as_role, fold, role_token_events

@@ -5,7 +5,7 @@ hardware is accepted, the familiarity guard's reasons (size range, other hardwar
 from __future__ import annotations
 
 from hpc_ds1.fleet.placement import Estimate
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Model
 from hpc_ds1.services.placement import predict
 

@@ -18,7 +18,8 @@ import orjson
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import placement_subject
 from hpc_ds1.events import (
     DeviceRegistered,
     Envelope,
@@ -30,12 +31,11 @@ from hpc_ds1.events import (
 )
 from hpc_ds1.fleet import liveness
 from hpc_ds1.fleet.work import WorkItem, device_queue
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import models_bucket
-from hpc_ds1.runtime import run_service
+from hpc_ds1.process.runtime import run_service
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import placement_subject
 
 WAIT_S = 30.0
 SLOW = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}

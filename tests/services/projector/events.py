@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import Envelope, MeasurementRecorded, envelope
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from hpc_ds1.audit import AuditFile, LogChain, audit_record, verify, verify_against_log
-from hpc_ds1.bus import EventBus
 from hpc_ds1.cli.audit import against_log
+from hpc_ds1.eventlog.audit import AuditFile, LogChain, audit_record, verify, verify_against_log
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
 

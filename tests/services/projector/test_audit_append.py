@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpc_ds1.audit import GENESIS, AuditFile, audit_record, canonical, verify
+from hpc_ds1.eventlog.audit import GENESIS, AuditFile, audit_record, canonical, verify
 
 TEXT = st.text(max_size=8)
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), TEXT)

@@ -15,9 +15,9 @@ from hypothesis import settings as examples
 from hypothesis import strategies as st
 from sqlalchemy import Engine, select
 
-from hpc_ds1.audit import AuditFile, LogChain, verify_against_log
-from hpc_ds1.bus import EventBus, RawEvent
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import AuditFile, LogChain, verify_against_log
+from hpc_ds1.eventlog.bus import EventBus, RawEvent
 from hpc_ds1.services.projector.projector import project_batch
 from hpc_ds1.settings import Settings
 

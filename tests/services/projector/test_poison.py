@@ -9,14 +9,14 @@ import json
 from nats.errors import NoRespondersError
 from sqlalchemy import Engine, select, text
 
-from hpc_ds1.audit import AuditFile, verify
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import AuditFile, verify
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import status_subject
 from hpc_ds1.events import ApprovalDecided, DeviceRegistered, MeasurementRecorded
-from hpc_ds1.runtime import run_services
+from hpc_ds1.process.runtime import run_services
 from hpc_ds1.services.projector import Projector, rebuild
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import status_subject
 from tests.support.commands import hpc
 
 from .events import measurement, wrap

@@ -5,9 +5,9 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from hpc_ds1.audit import AuditFile, verify
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import AuditFile, verify
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from hpc_ds1.bus import EventBus, stream_sequence
+from hpc_ds1.eventlog.bus import EventBus, stream_sequence
 from hpc_ds1.events import DeviceRegistered, envelope
 from hpc_ds1.services.projector.projector import quick_next_msg
 

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import TokenCreated, TokenRevoked, TokenUsed, decode, envelope, typed
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings

@@ -17,8 +17,9 @@ import orjson
 import pytest
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import placement_subject
 from hpc_ds1.events import (
     TaskPlaced,
     TaskRequeued,
@@ -30,11 +31,10 @@ from hpc_ds1.fleet.liveness import last_beat, liveness_bucket
 from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
 from hpc_ds1.model import TrainedModel
 from hpc_ds1.models_store import models_bucket
+from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.agents.routes import close_agent_polls
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import placement_subject
-from hpc_ds1.tokens import new_token, token_hash
 from tests.model.unsafe_models import (
     bomb_in,
     external_in,

@@ -15,9 +15,9 @@ import pytest
 import uvicorn
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.cli import main
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     DeviceRegistered,
     MeasurementRecorded,

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import EvaluationPublished, envelope
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings

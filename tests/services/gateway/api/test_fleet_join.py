@@ -27,9 +27,12 @@ from fastapi.routing import APIRoute
 from sqlalchemy import Engine, select
 
 from hpc_ds1 import log as hpc_log
-from hpc_ds1.bus import EventBus
 from hpc_ds1.cli import main
-from hpc_ds1.credentials import (
+from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.events import TokenCreated, TokenRevoked, envelope
+from hpc_ds1.infra.ports import free_port
+from hpc_ds1.security.credentials import (
     JOIN_HOLDER,
     join_token_id,
     join_token_path,
@@ -39,14 +42,11 @@ from hpc_ds1.credentials import (
     token_limits,
     token_state,
 )
-from hpc_ds1.db import tables
-from hpc_ds1.events import TokenCreated, TokenRevoked, envelope
-from hpc_ds1.infra.ports import free_port
+from hpc_ds1.security.tokens import Principal, lookup, new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.api import fleet as fleet_api
 from hpc_ds1.services.gateway.edge.ratelimit import is_loopback
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal, lookup, new_token, token_hash
 from tests.support.commands import HPC_DS1, hpc
 from tests.support.serving import cli_headers, start_serve, stop, wait_ready
 

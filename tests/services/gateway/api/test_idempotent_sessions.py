@@ -12,13 +12,13 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import start_session_subject
 from hpc_ds1.events import DeviceRegistered
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.services.coordinator import Coordinator
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import start_session_subject
 from tests.services.coordinator.device import DEVICE, FINGERPRINT, START
 
 from ..conftest import as_role, asgi_client, fold, role_token_events

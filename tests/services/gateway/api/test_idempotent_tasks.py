@@ -13,9 +13,9 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import envelope
-from hpc_ds1.runtime import run_service
+from hpc_ds1.process.runtime import run_service
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import DeviceRegistered, ModelPublished
-from hpc_ds1.hardware import Fingerprint
+from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
 from hpc_ds1.services.gateway import create_app

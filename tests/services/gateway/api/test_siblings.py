@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import MeasurementRecorded
 from hpc_ds1.settings import Settings
 

@@ -15,8 +15,8 @@ from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
 
 from hpc_ds1 import log as hpc_log
-from hpc_ds1.audit import AuditFile
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.audit import AuditFile
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -33,11 +33,11 @@ from hpc_ds1.events import (
     TokenRevoked,
     envelope,
 )
+from hpc_ds1.security.tokens import Principal, new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import authenticated, install_auth, require
 from hpc_ds1.services.projector import project
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import Principal, new_token, token_hash
 
 Engineer = Annotated[Principal, Depends(require("engineer"))]
 Anyone = Annotated[Principal, Depends(authenticated)]

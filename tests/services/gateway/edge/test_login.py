@@ -14,8 +14,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import (
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.events import TokenRevoked, envelope
+from hpc_ds1.process.runtime import run_service
+from hpc_ds1.security.credentials import (
     CredentialError,
     cli_token_id,
     cli_token_path,
@@ -25,12 +27,10 @@ from hpc_ds1.credentials import (
     register_cli_token,
     token_state,
 )
-from hpc_ds1.events import TokenRevoked, envelope
-from hpc_ds1.runtime import run_service
+from hpc_ds1.security.tokens import TOKEN_PATTERN, Principal, lookup
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import TOKEN_PATTERN, Principal, lookup
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
 import hpc_ds1
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db.engine import make_engine
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.eventlog.subjects import decide_subject
 from hpc_ds1.events import (
     ApprovalRequested,
     DecisionMade,
@@ -39,7 +40,6 @@ from hpc_ds1.services.gateway.edge.metrics import (
     request_histogram,
 )
 from hpc_ds1.settings import Settings
-from hpc_ds1.subjects import decide_subject
 
 from ..conftest import as_role, asgi_client, fold
 

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge import oidc
 from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE

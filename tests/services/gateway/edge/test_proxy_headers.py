@@ -13,13 +13,13 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
-from hpc_ds1.credentials import ensure_join_token
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.infra.ports import free_port
-from hpc_ds1.runtime import ServiceContext
+from hpc_ds1.process.runtime import ServiceContext
+from hpc_ds1.security.credentials import ensure_join_token
+from hpc_ds1.security.tokens import new_token
 from hpc_ds1.services import gateway
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import new_token
 
 from ..conftest import as_role, fold, role_token_events
 

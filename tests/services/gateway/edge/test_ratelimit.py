@@ -14,14 +14,14 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from hpc_ds1.bus import EventBus
+from hpc_ds1.eventlog.bus import EventBus
+from hpc_ds1.security.tokens import new_token
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.services.gateway.edge.ratelimit import QuietLog, RateLimiter
 from hpc_ds1.services.gateway.edge.token_cache import TokenCache
 from hpc_ds1.services.gateway.schemas import ErrorBody
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import new_token
 
 from ..conftest import as_role
 from ..fleet_fixtures import FINGERPRINT, Fleet, bearer, fleet, projector

@@ -15,13 +15,13 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import Engine, select
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import TokenCreated, TokenRevoked
+from hpc_ds1.security.tokens import new_token, parse_expiry, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import new_token, parse_expiry, token_hash
 
 from ..conftest import ROLE_TOKENS, as_role, fold, role_token_events
 

@@ -13,14 +13,14 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import Engine, insert, update
 
-from hpc_ds1.bus import EventBus
 from hpc_ds1.db import tables
+from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import TokenCreated, TokenRevoked, envelope
+from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import install_auth
 from hpc_ds1.services.gateway.edge.token_cache import TokenCache
 from hpc_ds1.settings import Settings
-from hpc_ds1.tokens import new_token, token_hash
 
 from ..conftest import as_role, asgi_client, fold
 
