@@ -160,6 +160,24 @@ class RunRequest(BaseModel):
     session_id: SafeId | None = None
 
 
+class CancelRunRequest(BaseModel):
+    """Ask a device's agent to kill the run of a cancelled session, running or queued (the
+    coordinator, on a cancel.requested event). `by`: who cancelled, for the run's answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    session_id: SafeId
+    by: Text
+
+
+class CancelSession(BaseModel):
+    """POST /v1/sessions/{session_id}/cancel: why (optional); who is the caller's token."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: Note = ""
+
+
 class StartSessionRequest(BaseModel):
     """Start a tuning session; `start` defaults to the space's default configuration."""
 

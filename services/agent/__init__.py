@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import socket
 
-from hpc_ds1.eventlog.subjects import agent_run_subject
+from hpc_ds1.eventlog.subjects import agent_cancel_subject, agent_run_subject
 from hpc_ds1.events import DeviceRegistered, envelope
 from hpc_ds1.log import get_logger
 from hpc_ds1.process.runtime import ServiceContext
@@ -45,6 +45,10 @@ async def run(ctx: ServiceContext) -> None:
         sub = await ctx.bus.nc.subscribe(
             agent_run_subject(ctx.settings, hardware.device_id), cb=jobs.handle
         )
+        # A cancelled session's run is killed (issue 44, item 4): asked by the coordinator.
+        cancels = await ctx.bus.nc.subscribe(
+            agent_cancel_subject(ctx.settings, hardware.device_id), cb=jobs.handle_cancel
+        )
         try:
             await ctx.bus.publish(
                 envelope(event, actor="agent", source="agent", prefix=ctx.settings.subject_prefix)
@@ -58,6 +62,7 @@ async def run(ctx: ServiceContext) -> None:
             await ctx.stop.wait()
         finally:
             await sub.unsubscribe()
+            await cancels.unsubscribe()
     finally:
         await jobs.stop()  # kills a running job: the process exits within seconds
         if fleet_task is not None:

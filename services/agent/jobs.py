@@ -4,13 +4,16 @@ Requests are accepted concurrently (each in its own task) and run one at a time,
 they came, from a bounded queue; the device lock still keeps other processes of the same home off
 the device. Every request gets an answer: the result, or `{"ok": false, "error": ...}` (bad
 input, a run past the wall-time cap, a full queue, a stop, a measurement that could not be
-recorded, or anything unexpected). On stop the running job's processes are killed at once."""
+recorded, or anything unexpected). On stop the running job's processes are killed at once; so
+are those of a run whose session is cancelled (`handle_cancel`, issue 44: its whole process
+group), and a cancelled session's runs still queued never start."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +33,7 @@ from hpc_ds1.measure import (
     while_in_flight,
 )
 from hpc_ds1.process.runtime import ServiceContext
-from hpc_ds1.requests import RunRequest
+from hpc_ds1.requests import CancelRunRequest, RunRequest
 from hpc_ds1.runner import InvalidJob, RunResult, run, run_timeout, validate
 from hpc_ds1.runner.estimate import check_cap, from_measurements, load_measured
 from hpc_ds1.runner.inflight import InFlight
@@ -42,6 +45,7 @@ T = TypeVar("T")
 QUEUE_LIMIT = 32  # runs waiting for the device; more are refused (503) until it drains
 STOP_GRACE_S = 15.0  # how long a stop waits for the killed job and the replies to go out
 STOPPING = "the agent is stopping; the job did not run to the end (its processes were killed)"
+CANCELS_KEPT = 256  # cancelled sessions remembered, for their runs still on their way here
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,11 @@ def _error(status: int, message: str, **extra: Any) -> dict[str, Any]:
     return {"ok": False, "status": status, "error": message, **extra}
 
 
+def _cancelled(request: RunRequest, by: str, ran: bool) -> str:
+    what = "its run was killed (the whole process group)" if ran else "its run did not start"
+    return f"session {request.session_id} was cancelled by {by}: {what}"
+
+
 class JobRunner:
     def __init__(self, ctx: ServiceContext, device_id: str) -> None:
         self.ctx = ctx
@@ -79,6 +88,8 @@ class JobRunner:
         self.queue: asyncio.Queue[Queued] = asyncio.Queue(QUEUE_LIMIT)
         self.cancel = threading.Event()  # set on stop: kills the running job
         self.running: RunRequest | None = None
+        self._run_cancel: threading.Event | None = None  # set: kills the running job alone
+        self.cancelled: OrderedDict[str, str] = OrderedDict()  # session id -> who cancelled
         self._idle = asyncio.Event()
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -176,12 +187,21 @@ class JobRunner:
             checked = await item.checked
             if checked is None or item.reply.done():
                 continue
+            by = self._cancelled_by(checked.request)
+            if by is not None:
+                item.reply.set_result(_error(409, _cancelled(checked.request, by, ran=False)))
+                continue
             self.running = checked.request
             self._idle.clear()
             try:
                 body = await self.execute(checked.request, checked.config, checked.space)
             except Cancelled:
-                body = _error(503, STOPPING)
+                by = self._cancelled_by(checked.request)
+                body = (
+                    _error(503, STOPPING)
+                    if by is None
+                    else _error(409, _cancelled(checked.request, by, ran=True))
+                )
             except (InvalidJob, ValueError, LookupError) as error:
                 body = _error(422, str(error))
             except Exception as error:
@@ -218,9 +238,14 @@ class JobRunner:
         # a workload file's own `timeout` (issue 44), never past the cap
         timeout_s = run_timeout(request.workload, None, cap=cap, default=cap)
         inflight = InFlight()  # a run longer than HPC_DS1_RUN_HEARTBEAT_S says so in the log
+        # This run's own cancel: set by a stop (self.cancel too) or by its session's cancel.
+        cancel = threading.Event()
+        self._run_cancel = cancel
+        if self.cancel.is_set():
+            cancel.set()
 
         def measure() -> RunResult:
-            with device_lock(home, cancel=self.cancel):
+            with device_lock(home, cancel=cancel):
                 return run(
                     request.workload,
                     request.size,
@@ -228,7 +253,7 @@ class JobRunner:
                     repeats=request.repeats,
                     space=space,
                     timeout_s=timeout_s,
-                    cancel=self.cancel,
+                    cancel=cancel,
                     on_start=inflight.start,
                 )
 
@@ -243,12 +268,15 @@ class JobRunner:
             timeout_s=lambda _: timeout_s,
             session_id=request.session_id,
         )
-        result = await while_in_flight(
-            asyncio.to_thread(measure),
-            inflight,
-            heartbeat_s=self.ctx.settings.run_heartbeat_s,
-            beat=beat,
-        )
+        try:
+            result = await while_in_flight(
+                asyncio.to_thread(measure),
+                inflight,
+                heartbeat_s=self.ctx.settings.run_heartbeat_s,
+                beat=beat,
+            )
+        finally:
+            self._run_cancel = None
         event = measurement_event(result, self.device_id, request.purpose)
         env = envelope(
             event, actor=request.actor, source="agent", prefix=self.ctx.settings.subject_prefix
@@ -276,10 +304,47 @@ class JobRunner:
             )
         return {"ok": True, "result": outcome, "measurement_id": event.measurement_id}
 
+    # --- cancel ---------------------------------------------------------------------------
+    async def handle_cancel(self, msg: Any) -> None:
+        """The cancel subscription's callback (agent_cancel_subject): a session was cancelled
+        (cancel.requested, sent on by the coordinator). Its run in flight is killed, its whole
+        process group; its runs still queued, or still on their way, are answered 409 and never
+        start. The answer says whether a run was killed. Only this device's own runs: the
+        agent acts on nothing else."""
+        try:
+            ask = CancelRunRequest.model_validate_json(msg.data)
+        except ValidationError as error:
+            body: dict[str, Any] = _error(422, str(error))
+        else:
+            body = {"ok": True, "killed": self.cancel_session(ask.session_id, ask.by)}
+        try:
+            await msg.respond(orjson.dumps(body, default=str))
+        except Exception as error:
+            log.warning("cancel_reply_failed", error=repr(error))
+
+    def cancel_session(self, session_id: str, by: str) -> bool:
+        """Remember the session as cancelled by `by`; kill its running job. Whether one ran."""
+        self.cancelled[session_id] = by
+        self.cancelled.move_to_end(session_id)
+        while len(self.cancelled) > CANCELS_KEPT:
+            self.cancelled.popitem(last=False)
+        running, cancel = self.running, self._run_cancel
+        killed = running is not None and running.session_id == session_id and cancel is not None
+        if killed:
+            assert cancel is not None
+            cancel.set()  # the runner kills the launch's whole process group
+        log.info("session_run_cancelled", session_id=session_id, by=by, killed=killed)
+        return killed
+
+    def _cancelled_by(self, request: RunRequest) -> str | None:
+        return None if request.session_id is None else self.cancelled.get(request.session_id)
+
     # --- stop -----------------------------------------------------------------------------
     async def stop(self) -> None:
         """Kill the running job, answer every waiting request, and return within seconds."""
         self.cancel.set()
+        if self._run_cancel is not None:
+            self._run_cancel.set()
         while not self.queue.empty():
             item = self.queue.get_nowait()
             if item.reply.done():

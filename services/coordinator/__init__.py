@@ -9,6 +9,7 @@ import asyncio
 
 from hpc_ds1.eventlog.subjects import start_session_subject
 from hpc_ds1.process.runtime import ServiceContext
+from hpc_ds1.security.cancels import cancel_subject
 
 from .coordinator import Coordinator
 from .fleet import FleetLifecycle, facts
@@ -21,6 +22,10 @@ async def run(ctx: ServiceContext) -> None:
     sub = await ctx.bus.nc.subscribe(
         start_session_subject(ctx.settings), cb=coordinator.handle_start
     )
+    # Cancels (issue 44, item 4): a session this coordinator drives stops, its run killed.
+    cancels = await ctx.bus.nc.subscribe(
+        cancel_subject(ctx.settings.subject_prefix, "*"), cb=coordinator.handle_cancel
+    )
     ctx.facts["sessions_driven"] = lambda: len(coordinator.tasks)
     fleet = FleetLifecycle(ctx)
     ctx.facts.update(facts(fleet))
@@ -30,6 +35,7 @@ async def run(ctx: ServiceContext) -> None:
         await ctx.stop.wait()
     finally:
         await sub.unsubscribe()
+        await cancels.unsubscribe()
         await asyncio.gather(lifecycle, return_exceptions=True)
         tasks = list(coordinator.tasks.values())
         for task in tasks:

@@ -12,7 +12,15 @@ from sqlalchemy import Engine, select
 from hpc_ds1.db import tables
 from hpc_ds1.db.reads import latest_model
 from hpc_ds1.eventlog.bus import ConcurrencyConflict
-from hpc_ds1.events import MalformedEvent, SessionStarted, decode, envelope, new_id, typed
+from hpc_ds1.events import (
+    MalformedEvent,
+    SessionCancelRequested,
+    SessionStarted,
+    decode,
+    envelope,
+    new_id,
+    typed,
+)
 from hpc_ds1.log import get_logger
 from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.process.runtime import ServiceContext
@@ -46,6 +54,7 @@ class Coordinator:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.runners: dict[str, SessionRunner] = {}  # the sessions this coordinator drives
         self._models: dict[str, Any] = {}  # model version -> Model (a version is its content)
 
     async def _model(self, device_id: str) -> Any | None:
@@ -96,7 +105,30 @@ class Coordinator:
         runner = SessionRunner(self.ctx, session_id, owner, space)
         task = asyncio.create_task(runner.drive(), name=f"session-{session_id}")
         self.tasks[session_id] = task
-        task.add_done_callback(lambda _: self.tasks.pop(session_id, None))
+        self.runners[session_id] = runner
+
+        def done(_: object) -> None:
+            self.tasks.pop(session_id, None)
+            self.runners.pop(session_id, None)
+
+        task.add_done_callback(done)
+
+    async def handle_cancel(self, msg: Any) -> None:
+        """A cancel.requested event (security.cancels): the session, if this coordinator
+        drives it, has its run killed and finishes `interrupted` (SessionRunner.cancel). A
+        session driven elsewhere, or resumed later, reads its cancel from the log."""
+        try:
+            event = typed(decode(msg.data, msg.subject))
+        except MalformedEvent as error:
+            log.warning("cancel_skipped", subject=msg.subject, error=str(error)[:300])
+            return
+        if not isinstance(event, SessionCancelRequested):
+            return
+        runner = self.runners.get(event.session_id)
+        if runner is None:
+            log.info("cancel_not_driven_here", session_id=event.session_id, by=event.by)
+            return
+        await runner.cancel(event)
 
     async def space_for(self, device_id: str | None, workload: str) -> tuple[str, ConfigSpace]:
         found = await asyncio.to_thread(_device, self.ctx.engine, device_id)

@@ -13,12 +13,13 @@ import orjson
 from nats.errors import NoRespondersError
 
 from hpc_ds1.eventlog.bus import ConcurrencyConflict
-from hpc_ds1.eventlog.subjects import agent_run_subject, decide_subject
+from hpc_ds1.eventlog.subjects import agent_cancel_subject, agent_run_subject, decide_subject
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
     MalformedEvent,
+    SessionCancelRequested,
     SessionFinished,
     SessionMoveDecided,
     SessionMoveResolved,
@@ -32,8 +33,9 @@ from hpc_ds1.events import (
 from hpc_ds1.log import get_logger
 from hpc_ds1.model.schema import waits_for_engineer
 from hpc_ds1.process.runtime import ServiceContext
-from hpc_ds1.requests import RUN_REPEATS, DecideRequest, RunRequest
+from hpc_ds1.requests import RUN_REPEATS, CancelRunRequest, DecideRequest, RunRequest
 from hpc_ds1.runner import run_repeats
+from hpc_ds1.security.cancels import cancel_of
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
 from hpc_ds1.tuning.session import (
     MAX_MISSES,
@@ -51,10 +53,15 @@ log = get_logger("coordinator")
 RUN_TIMEOUT_S = 1800.0
 AGENT_WAIT_S = 60
 APPROVAL_RECHECK_S = 5.0
+AGENT_CANCEL_TIMEOUT_S = 10.0
 
 
 class SessionLost(Exception):
     """Another coordinator appended to this session: this one stops driving it."""
+
+
+class SessionCancelled(Exception):
+    """Someone cancelled the session (cancel.requested) while a step was under way."""
 
 
 class SessionRunner:
@@ -64,6 +71,8 @@ class SessionRunner:
         self.owner = owner
         self.space = space
         self.state = SessionState()
+        self.cancelled: SessionCancelRequested | None = None
+        self._wake = asyncio.Event()  # set by a cancel: a wait for an approval looks again
 
     async def history(
         self, aggregate: str, aggregate_id: str
@@ -107,11 +116,21 @@ class SessionRunner:
         self.state = evolve(self.state, seq, event)
 
     async def drive(self) -> None:
-        """Run the session from wherever its log says it is, until it finishes."""
+        """Run the session from wherever its log says it is, until it finishes (or until it
+        is cancelled: then it finishes `interrupted`, saying who cancelled it)."""
         await self.load()
         try:
+            if self.state.status != "finished" and self.cancelled is None:
+                # a cancel made while no coordinator drove the session
+                self.cancelled = await cancel_of(self.ctx.bus, self.session_id)
             while self.state.status != "finished" and not self.ctx.stop.is_set():
-                await self.step()
+                if self.cancelled is not None:
+                    await self.finish_cancelled(self.cancelled)
+                    break
+                try:
+                    await self.step()
+                except SessionCancelled:
+                    continue  # the loop finishes it
         except SessionLost:
             log.warning("session_taken_over", session_id=self.session_id)
         except Exception as error:
@@ -325,8 +344,9 @@ class SessionRunner:
 
         subject = f"{self.ctx.settings.subject_prefix}.approval.{approval_id}.decided"
         sub = await self.ctx.bus.nc.subscribe(subject, cb=wake)
+        self._wake = arrived  # a cancel wakes this wait too
         try:
-            while not self.ctx.stop.is_set():
+            while not self.ctx.stop.is_set() and self.cancelled is None:
                 for _, event in (await self.history("approval", approval_id))[0]:
                     if isinstance(event, ApprovalDecided):
                         return event
@@ -416,6 +436,30 @@ class SessionRunner:
             )
         )
 
+    async def cancel(self, event: SessionCancelRequested) -> None:
+        """Someone cancelled this session: its step stops where it is, the device's agent
+        kills its run in flight (the whole process group) or never starts it, and the session
+        finishes `interrupted` (drive)."""
+        if self.cancelled is not None:
+            return
+        self.cancelled = event
+        self._wake.set()
+        ask = CancelRunRequest(session_id=self.session_id, by=event.by)
+        subject = agent_cancel_subject(self.ctx.settings, self.state.device_id)
+        try:
+            reply = await self.ctx.bus.nc.request(
+                subject, ask.model_dump_json().encode(), timeout=AGENT_CANCEL_TIMEOUT_S
+            )
+            killed = orjson.loads(reply.data).get("killed")
+        except Exception as error:  # no agent: no run to kill; the session finishes anyway
+            log.warning("agent_cancel_failed", session_id=self.session_id, error=repr(error))
+            killed = None
+        log.info("session_cancelled", session_id=self.session_id, by=event.by, killed=killed)
+
+    async def finish_cancelled(self, event: SessionCancelRequested) -> None:
+        why = f": {event.reason}" if event.reason else ""
+        await self.finish("interrupted", f"cancelled by {event.by} ({event.role}){why}")
+
     async def finish(self, reason: str, detail: str) -> None:
         s = self.state
         await self.append(
@@ -456,6 +500,8 @@ class SessionRunner:
                 await asyncio.sleep(0.1)
         body = orjson.loads(reply.data)
         if not body.get("ok"):
+            if self.cancelled is not None:
+                raise SessionCancelled(body.get("error"))  # no step of a killed run
             return {"status": "failed", "error": body.get("error")}, None
         result: dict[str, Any] = body["result"]
         return result, body.get("measurement_id")

@@ -17,6 +17,12 @@ def agent_run_subject(settings: Settings, device_id: str) -> str:
     return f"{_svc(settings)}.agent.{device_id}.run"
 
 
+def agent_cancel_subject(settings: Settings, device_id: str) -> str:
+    """Ask the device's agent to kill the run of a cancelled session (its whole process group),
+    running or still queued (issue 44, item 4)."""
+    return f"{_svc(settings)}.agent.{device_id}.cancel"
+
+
 def train_subject(settings: Settings) -> str:
     return f"{_svc(settings)}.trainer.train"
 

@@ -233,6 +233,25 @@ class SessionFinished(Event):
     real_runs: int = Field(ge=0)
 
 
+class SessionCancelRequested(Event):
+    """Someone asked to cancel a tuning session that had not finished (issue 44, item 4): the
+    coordinator driving it kills its run in flight (the agent kills the run's whole process
+    group) and finishes it `interrupted`. Who asked is `by` (also the envelope's actor), with
+    their role; a session is cancelled once (the event is appended only to an empty aggregate)."""
+
+    aggregate = "cancel"
+    name = "requested"
+    id_field = "session_id"
+
+    session_id: str
+    by: str = Field(description="Who cancelled: the token's holder or the signed-in person.")
+    role: str = Field(description="Their role when they cancelled (engineer or admin).")
+    identity: str | None = Field(
+        default=None, description="The person at the site's OpenID provider: issuer#sub."
+    )
+    reason: str = Field(default="", description="Why, in their words (may be empty).")
+
+
 class ApprovalRequested(Event):
     """A move waiting for an engineer, with why it is here."""
 
@@ -579,6 +598,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionPaused,
         SessionResumed,
         SessionFinished,
+        SessionCancelRequested,
         ApprovalRequested,
         ApprovalDecided,
         TokenCreated,

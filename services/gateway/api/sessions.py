@@ -6,7 +6,12 @@ their own 4xx status.
 
 POST /v1/sessions with `Idempotency-Key`: the key (scoped by the caller's token) names the
 session (its id, UUIDv5); the coordinator appends a session's start only once (409 after), and a
-retry of the same job by the same caller is answered with the session started first."""
+retry of the same job by the same caller is answered with the session started first.
+
+POST /v1/sessions/{session_id}/cancel (engineer) records who cancels a session (cancel.requested,
+security.cancels); the coordinator driving it has the agent kill its run in flight, the whole
+process group, and finishes it `interrupted`. GET /v1/sessions/{session_id} says what runs now
+(`running`: its step's last run.heartbeat) and who cancelled it (`cancel`)."""
 
 from __future__ import annotations
 
@@ -22,8 +27,9 @@ from hpc_ds1.db import tables
 from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.eventlog.idempotency import HEADER, KeyReused
 from hpc_ds1.eventlog.subjects import start_session_subject
-from hpc_ds1.requests import SAFE_ID_PATTERN, ApprovalVerdict, StartSessionRequest
+from hpc_ds1.requests import SAFE_ID_PATTERN, ApprovalVerdict, CancelSession, StartSessionRequest
 from hpc_ds1.security.approvals import ApprovalError, decide_approval
+from hpc_ds1.security.cancels import CancelError, cancel_session, cancel_subject
 from hpc_ds1.security.tokens import Principal
 
 from ..deps import BusDep, EngineDep, SettingsDep
@@ -50,7 +56,7 @@ SafePathId = Annotated[
     Path(pattern=SAFE_ID_PATTERN, description="1 to 64 of letters, digits, '_' or '-'."),
 ]
 
-__all__ = ["ApprovalVerdict", "router"]
+__all__ = ["ApprovalVerdict", "CancelSession", "router"]
 
 
 def _rows(engine: Engine, query: Any) -> list[dict[str, Any]]:
@@ -167,19 +173,66 @@ async def list_sessions(
 async def one_session(
     settings: SettingsDep, engine: EngineDep, session_id: SafePathId, _: Viewer
 ) -> dict[str, Any]:
-    """The session and every step of it, from the log."""
+    """The session and every step of it, from the log; `running`: the run in flight now, from
+    its last run.heartbeat (what runs, for how long, when it is killed; null when none has come
+    since the last step ran, or the session finished); `cancel`: who cancelled it, when and
+    why (null: nobody)."""
     t, e = tables.sessions, tables.events
     found = await asyncio.to_thread(_rows, engine, select(t).where(t.c.session_id == session_id))
     if not found:
         raise HTTPException(404, f"no session {session_id}")
+    prefix = settings.subject_prefix
     steps = await asyncio.to_thread(
         _rows,
         engine,
         select(e.c.seq, e.c.type, e.c.time, e.c.actor, e.c.data)
-        .where(e.c.subject.startswith(f"{settings.subject_prefix}.session.{session_id}."))
+        .where(e.c.subject.startswith(f"{prefix}.session.{session_id}."))
         .order_by(e.c.seq),
     )
-    return {**found[0], "events": steps}
+    last = select(e.c.seq, e.c.time, e.c.actor, e.c.data).order_by(e.c.seq.desc()).limit(1)
+    beats = await asyncio.to_thread(
+        _rows, engine, last.where(e.c.subject == f"{prefix}.run.{session_id}.heartbeat")
+    )
+    cancels = await asyncio.to_thread(
+        _rows, engine, last.where(e.c.subject == cancel_subject(prefix, session_id))
+    )
+    ran = max((s["seq"] for s in steps if s["type"] == "session.step_run"), default=0)
+    running = None
+    if beats and beats[0]["seq"] > ran and found[0]["status"] != "finished":
+        running = {**beats[0]["data"], "seq": beats[0]["seq"], "time": beats[0]["time"]}
+    cancel = None
+    if cancels:
+        cancel = {**cancels[0]["data"], "seq": cancels[0]["seq"], "time": cancels[0]["time"]}
+    return {**found[0], "events": steps, "running": running, "cancel": cancel}
+
+
+@router.post(
+    "/v1/sessions/{session_id}/cancel",
+    status_code=202,
+    responses={**WRITE_ERRORS, **E404, **E409, **E503},
+)
+async def cancel_one_session(
+    bus: BusDep, session_id: SafePathId, who: Engineer, body: CancelSession | None = None
+) -> dict[str, Any]:
+    """Cancel a session that has not finished (engineer role), with an optional reason: who
+    cancels is recorded (a cancel.requested event, its actor the caller). The coordinator
+    driving the session has its device's agent kill the run in flight, the whole process group
+    of its launch, and the session finishes `interrupted` within seconds (202: asked, not yet
+    done; GET the session to see it end). 404: no such session; 409: it finished already, or
+    was cancelled before (saying by whom)."""
+    reason = body.reason if body is not None else ""
+    try:
+        event = await asyncio.wait_for(
+            cancel_session(bus, session_id, who.name, who.role, reason, who.identity),
+            timeout=START_TIMEOUT_S,
+        )
+    except CancelError as error:
+        raise HTTPException(error.status, str(error)) from None
+    except TimeoutError:
+        raise HTTPException(
+            503, f"the event log did not answer within {START_TIMEOUT_S:g} s"
+        ) from None
+    return event.model_dump()
 
 
 @router.post("/v1/sessions", status_code=201, responses={**WRITE_ERRORS, **E404, **E409, **E503})
