@@ -1,6 +1,9 @@
 // Tune a job on this machine: a form to start a tuning session (engineer), the sessions, and
 // the steps of the one chosen (the newest at first), live, with a plot of the runtime of each
-// step: the baseline, kept moves and reverted ones marked. Live on session.* events.
+// step: the baseline, kept moves and reverted ones marked. Live on session.* events. A run
+// in flight shows what runs, for how long and against which timeout (its run.heartbeat events,
+// the time ticking between them); an engineer cancels a session that has not finished (its run
+// killed, the whole process group), and who cancelled it is shown.
 import {
   api,
   canAct,
@@ -26,6 +29,28 @@ const FINISH = {
   failed: "failed",
   interrupted: "interrupted",
 };
+
+/** The run in flight (a run.heartbeat's data, `at`: when it came, ms) as a line and a bar:
+ *  what runs, for how long, the share of its timeout gone. */
+export function runningNow(beat, now = Date.now()) {
+  const elapsed = beat.elapsed_s + Math.max(0, (now - beat.at) / 1000);
+  const limit = typeof beat.timeout_s === "number" ? beat.timeout_s : null;
+  const text =
+    `Running now: ${fmtConfig(beat.config)} for ${fmtSeconds(elapsed)}` +
+    (limit ? ` of its ${fmtSeconds(limit)} timeout` : "") +
+    (beat.total ? ` (run ${beat.done + 1} of ${beat.total})` : "");
+  return { elapsed, limit, text };
+}
+
+/** Which heartbeat to show: the one GET /v1/sessions/{id} read from the projection (`running`,
+ *  null: none since the last step ran), unless the live one already shown is of the same run
+ *  and newer (the projection folds a little behind the live stream). */
+export function fresher(shown, running, sessionId) {
+  if (!running) return null;
+  const sameRun = shown && shown.session_id === sessionId && JSON.stringify(shown.config) === JSON.stringify(running.config);
+  if (sameRun && shown.beat >= running.beat) return shown;
+  return { ...running, at: Date.now() };
+}
 
 /** The session's steps from its events: step 0 is the baseline run; each later step is a move
  *  decided, maybe waiting for an engineer, run, then kept or reverted. */
@@ -173,6 +198,61 @@ export async function init(root) {
   const me = await whoami();
   let selected = null;
   let sessions = [];
+  let beat = null; // the selected session's run in flight: its last heartbeat, and when it came
+
+  function drawRunning() {
+    const box = root.querySelector("[data-part=running]");
+    if (!box) return;
+    if (!beat) {
+      box.hidden = true;
+      return;
+    }
+    const { elapsed, limit, text } = runningNow(beat);
+    box.hidden = false;
+    box.querySelector(".running-text").textContent = text;
+    const bar = box.querySelector("progress");
+    if (limit) {
+      bar.hidden = false;
+      bar.max = limit;
+      bar.value = Math.min(elapsed, limit);
+    } else bar.hidden = true;
+  }
+  setInterval(drawRunning, 1000); // the time in flight ticks between heartbeats
+
+  function cancelForm(session) {
+    const reasonId = `session-cancel-reason-${session.session_id}`;
+    const reason = el("input", { id: reasonId, name: "reason", type: "text", maxlength: "2000", class: "session-cancel-reason", placeholder: "reason (optional)" });
+    const button = el("button", { type: "submit", class: "secondary" }, "Cancel session");
+    const said = el("span", { "data-part": "cancel-status", role: "status" });
+    const form = el(
+      "form",
+      { class: "session-cancel form-row", "data-part": "cancel", "aria-label": `Cancel session ${session.session_id}` },
+      el("label", { for: reasonId, class: "visually-hidden" }, `Why cancel session ${session.session_id}`),
+      reason,
+      button,
+      said
+    );
+    if (!canAct(me && me.role)) {
+      reason.disabled = true;
+      button.disabled = true;
+      said.textContent = `Cancelling a session needs an engineer token; you are signed in as ${me ? me.role : "nobody"}.`;
+    }
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      button.disabled = true;
+      said.className = "";
+      said.textContent = "Cancelling…";
+      try {
+        const asked = await api(`/v1/sessions/${encodeURIComponent(session.session_id)}/cancel`, { method: "POST", body: { reason: reason.value } });
+        said.textContent = `Cancelled by ${asked.by}: its run is being killed.`;
+      } catch (error) {
+        said.className = "error";
+        said.textContent = error.message;
+        button.disabled = false;
+      }
+    });
+    return form;
+  }
 
   function sessionRow(s) {
     const chosen = s.session_id === selected;
@@ -239,6 +319,7 @@ export async function init(root) {
       const session = await api(`/v1/sessions/${encodeURIComponent(id)}`);
       if (id !== selected) return; // another was chosen meanwhile
       const { list, finished } = steps(session.events || []);
+      beat = fresher(beat, finished || session.status === "finished" ? null : session.running, id);
       const rows = list.map((s) =>
         el(
           "tr",
@@ -256,9 +337,22 @@ export async function init(root) {
         ? el("p", {}, `Finished: ${FINISH[finished.reason] || finished.reason}${finished.detail ? ` — ${finished.detail}` : ""}.`,
             typeof finished.speedup === "number" ? ` Best ${fmtSeconds(finished.best_runtime_s)} (×${finished.speedup.toFixed(2)}) with ${fmtConfig(finished.best_config)}.` : "")
         : el("p", { class: "muted" }, session.status === "paused" ? "Paused: a move waits for an engineer (above)." : "Running: steps appear as they run.");
+      const typed = box.querySelector("input.session-cancel-reason");
+      const cancelled = session.cancel
+        ? el("p", { class: "session-cancelled", "data-part": "cancelled" },
+            `Cancelled by ${session.cancel.by} (${session.cancel.role}) at ${fmtTime(session.cancel.time)}`,
+            session.cancel.reason ? `: ${session.cancel.reason}` : "", ".")
+        : null;
+      const cancel = !finished && session.status !== "finished" && !session.cancel ? cancelForm(session) : null;
+      if (cancel && typed && typed.value) cancel.querySelector("input.session-cancel-reason").value = typed.value;
       box.replaceChildren(
         el("h3", { id: "session-steps-title" }, `Session ${id}: ${session.workload} · ${session.size}`),
         end,
+        cancelled,
+        el("div", { class: "session-running", "data-part": "running", role: "status", hidden: true },
+          el("span", { class: "running-text" }),
+          el("progress", { "aria-label": "Share of the run's timeout gone", hidden: true })),
+        cancel,
         el("figure", { class: "session-figure" }, plot(list),
           el("figcaption", { class: "muted" }, "Runtime of each step: ● baseline and kept moves, ✕ reverted; the line is the best so far.")),
         el("div", { class: "table-wrap" },
@@ -266,6 +360,7 @@ export async function init(root) {
             el("thead", {}, el("tr", {}, ["Step", "Move", "Configuration", "Runtime", "Outcome"].map((h, i) => el("th", { scope: "col", class: i === 0 || i === 3 ? "num" : null }, h)))),
             el("tbody", {}, rows.length ? rows : el("tr", { class: "empty" }, el("td", { colspan: 5 }, "No step yet.")))))
       );
+      drawRunning();
     } catch (error) {
       box.replaceChildren(el("p", { class: "error" }, `Session ${id}: ${error.message}`));
     }
@@ -273,6 +368,7 @@ export async function init(root) {
 
   function choose(id) {
     selected = id;
+    beat = null;
     for (const tr of part("sessions").querySelectorAll("tr[data-session]")) {
       const on = tr.dataset.session === id;
       tr.classList.toggle("selected", on);
@@ -348,6 +444,17 @@ export async function init(root) {
   const detailSoon = refresher(loadDetail);
   onEvent("session.", (envelope) => {
     listSoon();
+    if (envelope.data && envelope.data.session_id === selected) detailSoon();
+  });
+  // A step's run in flight (run.heartbeat, every HPC_DS1_RUN_HEARTBEAT_S while it lasts).
+  onEvent("run.heartbeat", (envelope) => {
+    const d = envelope.data || {};
+    if (!d.session_id || d.session_id !== selected) return;
+    beat = { ...d, at: Date.now() };
+    drawRunning();
+  });
+  // A cancel (who cancelled) shows in the session's view.
+  onEvent("cancel.", (envelope) => {
     if (envelope.data && envelope.data.session_id === selected) detailSoon();
   });
   onReconnect(() => {
