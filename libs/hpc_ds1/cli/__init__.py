@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "setup",
     "decide",
     "tune",
+    "cancel",
     "token",
     "audit",
     "evaluate",
