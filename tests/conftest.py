@@ -34,6 +34,7 @@ from hpc_ds1.settings import Settings
 from tests.fleet.coordinator import CONFIG, SIZE, START_S, Coordinator, bearer
 from tests.support.commands import HPC_DS1, cli_env
 from tests.support.databases import create_database, drop_database, fresh_database
+from tests.support.tiers import FOLDER_TIERS, SHARED_FOLDERS, work_unit
 
 log.configure("info", json=True)
 
@@ -236,43 +237,6 @@ async def device_home(tmp_path: Path, nats_url: str, postgres_url: str) -> Async
         await bus.close()
         engine.dispose()
         drop_database(postgres_url, settings.database_url)
-
-
-# `make pytest` runs two pytest-xdist workers (--dist loadscope). The unit of work is a module,
-# except the folders below: their tests share a package or session fixture, or drive a
-# machine-wide service, so each folder goes to one worker whole (the scheduler below), and the
-# folders are queued first, longest first (CI's --durations), so that neither worker is left
-# with one of them at the end. The scheduler groups by nodeid in the controller: xdist's own
-# xdist_group marks do not reach its scheduler under pytest 9.2 (the nodeid suffix it sets is
-# no longer read).
-SHARED_FOLDERS = (
-    "tests/e2e/",  # a really measured and trained device (package fixtures)
-    "tests/fleet_e2e/",  # network namespaces, one per device
-    "tests/console/",  # one browser and one served product (package fixtures)
-    "tests/slurm/",  # one real slurmctld + slurmd for the session
-)
-
-
-def work_unit(nodeid: str) -> str:
-    """What goes to one worker whole: a shared folder, else the test's module."""
-    path = nodeid.split("::")[0]
-    return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
-
-
-# The tiers (pyproject.toml registers the markers; docs/contributing.md says what each is for).
-# A folder's tier comes from here, so its tests need no mark of their own; `slow` is set on the
-# test itself, beside the small version that stays in the default run.
-FOLDER_TIERS = {
-    "tests/e2e/": "e2e",  # a really measured and trained device
-    "tests/deploy/": "e2e",  # every service as its own process, replicas, kill -9
-    "tests/apps/": "e2e",  # a real application (hpcc) under Open MPI
-    "tests/upgrade/": "e2e",  # a home made by the previous release's code, served by this one
-    "tests/console/": "browser",  # Debian's chromium through Playwright
-    "tests/fleet_e2e/": "netns",  # agents in network namespaces (root)
-    "tests/slurm/": "slurm",  # a real slurmctld + slurmd
-    "tests/cluster/": "cluster",  # a three-node NATS cluster, a site's Postgres role
-    "tests/compose/": "compose",  # docker-compose.yml under podman (make test-compose)
-}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

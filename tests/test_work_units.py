@@ -1,8 +1,8 @@
-"""How `make pytest` splits the suite between its workers (tests/conftest.py)."""
+"""How `make pytest` splits the suite between its workers (tests/support/tiers.py)."""
 
 from __future__ import annotations
 
-from tests.conftest import SHARED_FOLDERS, work_unit
+from tests.support.tiers import SHARED_FOLDERS, work_unit
 
 
 def test_a_shared_folder_is_one_unit_and_any_other_module_its_own() -> None:

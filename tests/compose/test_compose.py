@@ -6,12 +6,13 @@ went through the log, the projector and Postgres too."""
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.support.waiting import wait_for
 
 URL = os.environ.get("HPC_DS1_COMPOSE_URL", "")
 TOKEN = os.environ.get("HPC_DS1_COMPOSE_TOKEN", "")
@@ -28,14 +29,6 @@ def api() -> Iterator[httpx.Client]:
 def ok(response: httpx.Response, status: int = 200) -> Any:
     assert response.status_code == status, f"{response.request.url}: {response.text}"
     return response.json()
-
-
-def until(what: str, found: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + DEADLINE_S
-    while (value := found()) is None:
-        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE_S:g} s"
-        time.sleep(0.5)
-    return value
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +61,7 @@ def test_a_decision_runs_the_job_on_the_agent_and_is_audited(
         rows = ok(api.get("/v1/audit", params={"source": "api", "limit": 50}))["decisions"]
         return next((r for r in rows if r["decision_id"] == decision["decision_id"]), None)
 
-    row = until("the decision in /v1/audit", audited)
+    row = wait_for("the decision in /v1/audit", audited, DEADLINE_S, every_s=0.5)
     assert row["choice"] == decision["choice"] and row["mode"] == decision["mode"]
 
 
@@ -109,7 +102,7 @@ def test_a_session_waits_for_an_engineer_and_goes_on_when_approved(
         verdicts.append({**approval, "verdict": verdict["decision"]})
         return None
 
-    session = until(f"session {session_id} finished", settled)
+    session = wait_for(f"session {session_id} finished", settled, DEADLINE_S, every_s=0.5)
     assert verdicts and verdicts[0]["verdict"] == "approve", verdicts
     types = [e["type"] for e in session["events"]]
     assert "session.paused" in types, types
@@ -135,7 +128,7 @@ def test_a_fleet_task_is_placed_on_the_agent_and_runs(
         row = ok(api.get(f"/v1/tasks/{task['task_id']}"))
         return row if row["status"] in ("finished", "failed") else None
 
-    row = until(f"task {task['task_id']} done", done)
+    row = wait_for(f"task {task['task_id']} done", done, DEADLINE_S, every_s=0.5)
     assert row["status"] == "finished", row
     assert row["placement"]["device_id"] == device["device_id"], row
     assert row["result"]["device_id"] == device["device_id"]

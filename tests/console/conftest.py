@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,114 +30,21 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.workloads import get_workload
 from tests.support.commands import HPC_DS1, cli_env
 from tests.support.databases import create_database, drop_database
+from tests.support.waiting import wait_for
 
-BROWSER = Path("/usr/bin/chromium")
-REPO = Path(__file__).resolve().parents[2]
-# `make test` names this folder at its end (CONSOLE_SCREENS in the Makefile).
-SCREENS = Path(os.environ.get("CONSOLE_SCREENS") or REPO / "build" / "console-screens")
-
-WORKLOAD = "montecarlo"
-SETUP_SIZES = (200_000, 400_000)
-# Below the measured range: the familiarity guard escalates every decision of the session, so
-# its first move waits for an engineer whatever the model's confidence.
-SIZES_ARG = ",".join(map(str, SETUP_SIZES))
-SESSION_SIZE = 100_000
-TASK_SIZE = 200_000
-START_S = 120.0
-SETUP_TIMEOUT_S = 600.0
-
-
-def browser_missing() -> str | None:
-    """Why the browser tests cannot run here, or None when they can."""
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (it is in the dev extras: make install)"
-    if not BROWSER.exists():
-        why = "not root" if os.geteuid() != 0 else "apt-get install chromium failed or no apt"
-        return (
-            f"{BROWSER} is missing ({why}): deploy/install-browser.sh, run by make install and "
-            "make test, installs Debian's chromium as root"
-        )
-    return None
-
-
-def non_loopback_ipv4() -> str | None:
-    """An IPv4 address of this machine that is not loopback: a browser that opens the console
-    there connects from it, so the gateway sees a peer that is not loopback."""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10)
-        for word in out.stdout.split():
-            if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", word) and not word.startswith("127."):
-                with socket.socket() as probe:  # reachable from here on that address
-                    probe.bind((word, 0))
-                return word
-    return None
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-@dataclass
-class Console:
-    """The running console and what was put in it."""
-
-    base: str  # http://127.0.0.1:<port>
-    port: int
-    settings: Settings
-    admin: str  # the home's CLI token (admin)
-    viewer: str
-    join_token: str
-    device_id: str
-    session_id: str
-    approval_id: str
-    task_id: str
-    logs: Path
-    notes: dict[str, Any] = field(default_factory=dict)
-
-    def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
-        return httpx.request(
-            method, self.base + path, headers=bearer(token or self.admin), timeout=30, **kw
-        )
-
-    def get(self, path: str, token: str | None = None, **kw: Any) -> Any:
-        reply = self.api("GET", path, token, **kw)
-        assert reply.status_code == 200, f"GET {path}: {reply.status_code} {reply.text[:500]}"
-        return reply.json()
-
-    def hpc(self, *args: str, timeout: float = 120) -> str:
-        done = subprocess.run(
-            [HPC_DS1, *args],
-            env=cli_env(self.settings),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        assert done.returncode == 0, f"hpc-ds1 {' '.join(args)}: {done.stdout}{done.stderr}"
-        return done.stdout
-
-    def login_token(self) -> str:
-        """A new one-time login token, from the URL that `hpc-ds1 token login` prints."""
-        out = self.hpc("token", "login")
-        found = re.search(r"\?token=(\S+)", out)
-        assert found, out
-        return found.group(1)
-
-    def serve_log(self) -> str:
-        return (self.logs / "serve.err").read_text(errors="replace")[-4000:]
-
-
-def _wait(what: str, check: Any, within_s: float, console: Console | None = None) -> Any:
-    deadline = time.monotonic() + within_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    extra = f"\nserve's log:\n{console.serve_log()}" if console else ""
-    raise AssertionError(f"{what} within {within_s:.0f} s (last: {last!r}){extra}")
+from .served import (
+    BROWSER,
+    SCREENS,
+    SESSION_SIZE,
+    SETUP_TIMEOUT_S,
+    SIZES_ARG,
+    START_S,
+    TASK_SIZE,
+    WORKLOAD,
+    Console,
+    bearer,
+    browser_missing,
+)
 
 
 @pytest.fixture(scope="package")
@@ -218,7 +122,7 @@ def console(
                         return cli
             return None
 
-        admin = _wait("serve got ready", ready, START_S)
+        admin = wait_for("serve got ready", ready, START_S, every_s=0.3)
         join = read_join_token(settings.home)
         assert join
         c = Console(
@@ -238,13 +142,14 @@ def console(
         c.viewer = created.strip().splitlines()[1].strip()
         assert c.get("/v1/whoami", c.viewer)["role"] == "viewer"
 
-        devices = _wait(
+        devices = wait_for(
             "the local device online",
             lambda: [
                 d for d in c.get("/v1/devices")["devices"] if d["local"] and d["status"] == "online"
             ],
             60,
-            c,
+            every_s=0.3,
+            context=c.log_tail,
         )
         c.device_id = devices[0]["device_id"]
 
@@ -263,21 +168,26 @@ def console(
             rows = c.get("/v1/approvals")["approvals"]
             return [a for a in rows if a["session_id"] == c.session_id]
 
-        c.approval_id = _wait("the session's first move waits for an engineer", waiting, 180, c)[0][
-            "approval_id"
-        ]
+        c.approval_id = wait_for(
+            "the session's first move waits for an engineer",
+            waiting,
+            180,
+            every_s=0.3,
+            context=c.log_tail,
+        )[0]["approval_id"]
 
         # A task, placed on the local device (the only one) and run there for real.
         reply = c.api("POST", "/v1/tasks", json={"workload": WORKLOAD, "size": TASK_SIZE})
         assert reply.status_code in (200, 201, 202), reply.text
         c.task_id = reply.json()["task_id"]
-        task = _wait(
+        task = wait_for(
             "the task finished",
             lambda: (
                 (t := c.get(f"/v1/tasks/{c.task_id}"))["status"] in ("finished", "failed") and t
             ),
             180,
-            c,
+            every_s=0.3,
+            context=c.log_tail,
         )
         assert task["status"] == "finished", task
         c.notes.update(setup_s=setup_s, ready_s=time.monotonic() - started)

@@ -26,7 +26,7 @@ from hpc_ds1.security.credentials import owner_name
 from hpc_ds1.space import ALL_ACTIONS
 from tests.support.waiting import wait_for
 
-from .conftest import WORKLOAD, Console, bearer, non_loopback_ipv4
+from .served import WORKLOAD, Console, bearer, non_loopback_ipv4
 
 SECTIONS = (
     "facility",

@@ -24,7 +24,7 @@ from hpc_ds1.events import DeviceRegistered, TokenCreated, envelope
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
-from tests.services.gateway.conftest import ROLE_TOKENS, as_role, fold, role_token_events
+from tests.support.gateway import ROLE_TOKENS, as_role, fold, role_token_events
 
 
 def cookie(value: str) -> dict[str, str]:

@@ -23,9 +23,10 @@ import pytest
 from hpc_ds1.infra.ports import free_port
 from hpc_ds1.workloads import get_workload
 from tests.support.commands import HPC_DS1, cli_env
+from tests.support.waiting import wait_for
 
-from .conftest import WORKLOAD, Console, _wait
 from .oidc import ACCOUNTS, OidcProvider, node_modules, signing_key
+from .served import WORKLOAD, Console
 
 IDLE_S = 4  # the replica's HPC_DS1_CONSOLE_IDLE_S: short, so the test waits seconds
 READY_MS = 30_000
@@ -65,7 +66,7 @@ def replica(console: Console, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
             return False
 
-        _wait("the replica answers", up, 60)
+        wait_for("the replica answers", up, 60, every_s=0.3)
         yield provider, base
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -93,7 +94,9 @@ def _waiting_approval(console: Console) -> dict[str, Any]:
         rows = console.get("/v1/approvals")["approvals"]
         return [a for a in rows if a["session_id"] == session_id]
 
-    found: dict[str, Any] = _wait("the new session's move waits", waiting, 180, console)[0]
+    found: dict[str, Any] = wait_for(
+        "the new session's move waits", waiting, 180, every_s=0.3, context=console.log_tail
+    )[0]
     return found
 
 
@@ -136,7 +139,7 @@ def test_sign_in_at_the_provider_approve_sign_out_and_idle_expiry(
             rows = console.get("/v1/approvals?status=decided")["approvals"]
             return next((a for a in rows if a["approval_id"] == approval["approval_id"]), None)
 
-        done = _wait("the approval recorded", decided, 30, console)
+        done = wait_for("the approval recorded", decided, 30, every_s=0.3, context=console.log_tail)
         assert done["status"] == "approved" and done["decided_by"] == "erin", done
         events = console.get("/v1/events?type=approval.decided&limit=1000")["events"]
         event = next(e for e in events if e["data"]["approval_id"] == approval["approval_id"])

@@ -44,9 +44,9 @@ from hpc_ds1.events import (
 from hpc_ds1.process.runtime import run_service
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-from tests.services.gateway.conftest import ROLE_TOKENS, role_token_events
+from tests.support.gateway import ROLE_TOKENS, role_token_events
 
-from .conftest import BROWSER, browser_missing
+from .served import BROWSER, browser_missing
 
 pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")
 

@@ -13,9 +13,8 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from hpc_ds1.security.credentials import read_cli_token, read_join_token
 from hpc_ds1.settings import Settings
 from tests.support.commands import HPC_DS1, cli_env
 from tests.support.databases import create_database, drop_database
+from tests.support.waiting import wait_for
 
 WORKLOAD = "montecarlo"
 SIZES = (200_000,)
@@ -54,17 +54,8 @@ class Served:
     def log(self) -> str:
         return (self.logs / "serve.err").read_text(errors="replace")[-4000:]
 
-
-def wait(what: str, check: Callable[[], Any], within_s: float, served: Served | None = None) -> Any:
-    deadline = time.monotonic() + within_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    extra = f"\nserve's log:\n{served.log()}" if served else ""
-    raise AssertionError(f"{what} within {within_s:.0f} s (last: {last!r}){extra}")
+    def log_tail(self) -> str:
+        return f"\nserve's log:\n{self.log()}"
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +109,11 @@ def served(
                         return cli
             return None
 
-        admin = wait("serve got ready", ready, 120)
+        admin = wait_for("serve got ready", ready, 120, every_s=0.3)
         join = read_join_token(settings.home)
         assert join
         s = Served(base=base, settings=settings, admin=admin, join=join, env=env, logs=logs)
-        wait(
+        wait_for(
             "the local device online",
             lambda: [
                 d
@@ -130,7 +121,8 @@ def served(
                 if d["local"] and d["status"] == "online"
             ],
             60,
-            s,
+            every_s=0.3,
+            context=s.log_tail,
         )
         yield s
     finally:
@@ -262,7 +254,7 @@ def run_agent(served: Served, snippet: str, label: str, *, shell: bool) -> dict[
             devices = served.get("/v1/devices").json()["devices"]
             return [d for d in devices if d["device_id"] not in before]
 
-        return wait(f"{label} joined", joined, 120, served)[0]
+        return wait_for(f"{label} joined", joined, 120, every_s=0.3, context=served.log_tail)[0]
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)

@@ -20,6 +20,7 @@ from hpc_ds1.security.approvals import ApprovalError, decide_approval
 from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
+from tests.support.waiting import until
 
 SERVICES = ("projector", "agent", "decision", "coordinator", "gateway")
 START = {"ranks": 1, "threads": 1, "tile": 32}
@@ -52,12 +53,12 @@ def session_row(stack: Stack, session_id: str) -> dict[str, Any] | None:
 
 
 async def wait_for(stack: Stack, session_id: str, status: str, within_s: float = 300) -> dict:
-    for _ in range(int(within_s / 0.2)):
-        row = await asyncio.to_thread(session_row, stack, session_id)
-        if row and row["status"] == status:
-            return row
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"session {session_id} never became {status}: {row}")
+    async def row() -> dict | None:
+        found = await asyncio.to_thread(session_row, stack, session_id)
+        return found if found and found["status"] == status else None
+
+    reached: dict = await until(f"session {session_id} {status}", row, within_s, every_s=0.2)
+    return reached
 
 
 async def waiting_approval(stack: Stack, session_id: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from hpc_ds1.models_store import save_local
 from hpc_ds1.settings import Settings
 from tests.fleet.coordinator import SIZE, Coordinator, bearer, stop_agent
 from tests.support.commands import HPC_DS1, cli_env
+from tests.support.waiting import until
 
 
 def nats_url_of(settings: Settings) -> str:
@@ -38,14 +39,14 @@ def device(server: str, token: str, device_id: str) -> dict[str, Any] | None:
 
 async def wait_task(coordinator: Coordinator, task_id: str, ok: Any) -> dict[str, Any]:
     url = f"{coordinator.server}/v1/tasks/{task_id}"
-    deadline = time.monotonic() + 60
     async with httpx.AsyncClient(headers=bearer(coordinator.cli_token)) as http:
-        while time.monotonic() < deadline:
+
+        async def task() -> dict[str, Any] | None:
             found: dict[str, Any] = (await http.get(url)).json()
-            if ok(found):
-                return found
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"task {task_id} did not get there: {found}")
+            return found if ok(found) else None
+
+        reached: dict[str, Any] = await until(f"task {task_id}", task, 60, every_s=0.1)
+        return reached
 
 
 async def start_agent(coordinator: Coordinator, home: Settings) -> tuple[Agent, asyncio.Task[None]]:
@@ -189,15 +190,12 @@ async def test_the_devices_model_is_uploaded_at_start_and_again_when_it_changes(
         return (found or {}).get("model")
 
     async def wait_model(version: str) -> dict[str, Any]:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            model = await asyncio.to_thread(model_of_dev_b)
-            if model and model["model_version"] == f"dev-b:{version}":
-                return model
-            await asyncio.sleep(0.2)
-        raise AssertionError(
-            f"dev-b's model is not {version}: {await asyncio.to_thread(model_of_dev_b)}"
-        )
+        async def model() -> dict[str, Any] | None:
+            found = await asyncio.to_thread(model_of_dev_b)
+            return found if found and found["model_version"] == f"dev-b:{version}" else None
+
+        reached: dict[str, Any] = await until(f"dev-b's model {version}", model, 60, every_s=0.2)
+        return reached
 
     agent, task = await start_agent(coordinator, device_home)
     try:

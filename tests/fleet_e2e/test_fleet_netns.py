@@ -28,8 +28,9 @@ import pytest
 from hpc_ds1.infra import tls
 from hpc_ds1.infra.ports import free_port, wait_for_port
 from hpc_ds1.machine.hardware import fingerprint
+from tests.support.waiting import wait_for
 
-from .conftest import (
+from .netns import (
     HPC_DS1,
     LARGE,
     PINNED,
@@ -45,7 +46,6 @@ from .conftest import (
     remove_leftovers,
     sh,
     tcp_refused_from,
-    wait_for,
 )
 
 CONFIG_KEYS = ("ranks", "threads", "tile", "gpu")
@@ -94,9 +94,9 @@ def test_a_namespace_reaches_the_root_side_over_its_veth_and_nothing_else(
         assert tcp_refused_from(space.name, space.root_ip, open_port)
         space.restore()
         wait_for(
+            "the link back up",
             lambda: not tcp_refused_from(space.name, space.root_ip, open_port),
             15,
-            "the link back up",
             every_s=0.2,
         )
     finally:
@@ -235,7 +235,7 @@ def test_nothing_on_the_path_reads_a_token_while_a_device_joins_and_works(fleet:
     # The control: plain bytes on this link are readable in the capture (waited for: tcpdump
     # writes each packet as it reads it, and on a loaded machine it reads late).
     pcap = fleet.capture.path
-    wait_for(lambda: marker.encode() in pcap.read_bytes(), 20, "the marker in the capture")
+    wait_for("the marker in the capture", lambda: marker.encode() in pcap.read_bytes(), 20)
     captured = fleet.capture.stop()
     assert len(captured) > 10_000, f"the capture holds {len(captured)} bytes"
     assert marker.encode() in captured
@@ -286,7 +286,7 @@ def test_an_impostor_on_the_coordinators_address_is_refused_and_nothing_runs(
             tmp_path / "impostor.out",
             tmp_path / "impostor.err",
         )
-        wait_for(lambda: log.exists() and "listening" in log.read_text(), 20, "the impostor")
+        wait_for("the impostor", lambda: log.exists() and "listening" in log.read_text(), 20)
         # The route to the coordinator's address now leads to the impostor.
         sh("ip", "-n", space.name, "route", "add", f"{space.root_ip}/32", "dev", to_impostor)
 
@@ -305,15 +305,15 @@ def test_an_impostor_on_the_coordinators_address_is_refused_and_nothing_runs(
         assert fleet.join_token not in joining.stdout + joining.stderr
 
         refusals = wait_for(
-            lambda: device.log_lines("coordinator_untrusted"), 30, f"{device.name} refusing"
+            f"{device.name} refusing", lambda: device.log_lines("coordinator_untrusted"), 30
         )
         assert fleet.pin in refusals[0] and impostor_pin in refusals[0], refusals[0]
         fleet.set_draining(others, True)
         task_id = fleet.api.submit(WORKLOAD, TLS_SIZE)["task_id"]
         wait_for(
+            f"{device.name} offline behind the impostor",
             lambda: fleet.api.devices()[device.device_id]["status"] == "offline",
             20,
-            f"{device.name} offline behind the impostor",
         )
         time.sleep(1.0)
         assert fleet.api.task(task_id)["status"] not in ("running", "finished")
@@ -359,9 +359,9 @@ def test_a_new_server_certificate_from_the_same_ca_keeps_the_agents_working(
     assert renewed.returncode == 0, renewed.stderr
     assert fleet.pin in renewed.stdout and tls.home_pin(home) == fleet.pin
     wait_for(
+        "the gateway serving the new certificate",
         lambda: tls.presented_chain(server)[0].serial_number != before,
         15,
-        "the gateway serving the new certificate",
     )
     # b's agent restarted: every connection it makes now meets the new certificate.
     assert device.agent is not None
@@ -565,9 +565,9 @@ def test_a_link_taken_down_mid_task_gets_it_finished_elsewhere(fleet: Fleet) -> 
     # The link back: the device comes back online and its late result is not the task's.
     fleet.wait_online({victim.device_id})
     wait_for(
+        f"{victim.name} idle again",
         lambda: fleet.api.devices()[victim.device_id]["working_on"] is None,
         30,
-        f"{victim.name} idle again",
     )
     time.sleep(2.0)  # its agent's last post of the stale result, if any, has been answered
     again = fleet.api.task(task["task_id"])
@@ -659,16 +659,16 @@ def test_a_revoked_device_credential_is_refused(fleet: Fleet) -> None:
     assert fleet.api.call("POST", "/v1/agent/heartbeat", token=token, json={}).status_code == 204
     fleet.api.ok("POST", f"/v1/devices/{device.device_id}/revoke")
     wait_for(
+        "the revoked credential refused",
         lambda: (
             fleet.api.call("POST", "/v1/agent/heartbeat", token=token, json={}).status_code == 401
         ),
         15,
-        "the revoked credential refused",
     )
     assert fleet.api.call("GET", "/v1/agent/work?wait=0", token=token).status_code == 401
     # Its agent is told so and stops; the device is listed as left.
     assert device.agent is not None
-    wait_for(lambda: not device.agent.alive(), 30, f"{device.name}'s agent ends")  # type: ignore[union-attr]
+    wait_for(f"{device.name}'s agent ends", lambda: not device.agent.alive(), 30)  # type: ignore[union-attr]
     assert device.agent.popen.returncode != 0
     assert fleet.api.devices()[device.device_id]["status"] == "left"
 

@@ -25,6 +25,7 @@ from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import command_workload, get_workload, register, unregister
 from hpc_ds1.workloads.recorded import recorded_workload
+from tests.support.waiting import until
 
 WAIT_S = 90.0
 MONTECARLO = {"ranks": 1, "threads": 1, "tile": get_workload("montecarlo").default_tile}
@@ -79,13 +80,11 @@ async def history(stack: Stack, task_id: str) -> list[Envelope]:
 
 
 async def wait_for_event(stack: Stack, task_id: str, kind: str) -> Envelope:
-    end = time.monotonic() + WAIT_S
-    while time.monotonic() < end:
-        for env in await history(stack, task_id):
-            if env.type == kind:
-                return env
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no {kind} of task {task_id} within {WAIT_S:g} s")
+    async def event() -> Envelope | None:
+        return next((env for env in await history(stack, task_id) if env.type == kind), None)
+
+    found: Envelope = await until(f"{kind} of task {task_id}", event, WAIT_S, every_s=0.1)
+    return found
 
 
 def measurement(engine: Engine, measurement_id: str) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.services.coordinator.fleet import ActiveTask, FleetLifecycle, pickup_timeout_s
 from hpc_ds1.services.projector import Projector
 from hpc_ds1.settings import Settings
+from tests.support.waiting import until
 
 # Liveness is judged on a clock the tests move (Clock below), never on how fast a loaded machine
 # runs: the heartbeat bucket's TTL (offline_after_s, real seconds) is far longer than any stall,
@@ -79,25 +80,11 @@ class Running:
     async def ticks(self, n: int) -> None:
         """Wait for n more complete passes of the liveness loop."""
         target = self.fleet.ticks + n
-        await until(lambda: self.fleet.ticks >= target, what=f"{n} ticks")
+        await until(f"{n} ticks", lambda: self.fleet.ticks >= target)
 
     async def close(self) -> None:
         self.stop.set()
         await self.task
-
-
-async def until(
-    check: Callable[[], Any] | Callable[[], Awaitable[Any]], what: str, timeout: float = 30.0
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if asyncio.iscoroutine(found):
-            found = await found
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def publish(bus: EventBus, event: Event) -> int:
@@ -176,7 +163,7 @@ async def test_a_silent_device_goes_offline_once_and_its_running_task_is_requeue
     beating = Beating(ctx, clock, "dev-a", "dev-b")
     running = Running(ctx, clock)
     try:
-        await until(lambda: running.fleet.devices_online() == 2, what="both devices online")
+        await until("both devices online", lambda: running.fleet.devices_online() == 2)
         await publish(bus, TaskSubmitted(task_id="t1", workload="nbody", size=64, submitted_by="x"))
         await place(bus, "t1", 1, "dev-a")
         await publish(bus, TaskStarted(task_id="t1", attempt=1, device_id="dev-a"))
@@ -192,7 +179,7 @@ async def test_a_silent_device_goes_offline_once_and_its_running_task_is_requeue
         ]
 
         await beating.silence("dev-a")
-        requeued = await until(lambda: events_of(bus, "task.requeued"), what="the requeue")
+        requeued = await until("the requeue", lambda: events_of(bus, "task.requeued"))
         await running.ticks(3)
         assert len(await events_of(bus, "task.requeued")) == 1
         assert requeued[0].id == "requeued-t1-1"
@@ -205,7 +192,7 @@ async def test_a_silent_device_goes_offline_once_and_its_running_task_is_requeue
         assert running.fleet.devices_online() == 1
 
         beating.devices.add("dev-a")  # back
-        await until(lambda: running.fleet.devices_online() == 2, what="dev-a back online")
+        await until("dev-a back online", lambda: running.fleet.devices_online() == 2)
         changes = [
             (e.data["device_id"], e.data["status"])
             for e in await events_of(bus, "device.status_changed")
@@ -234,10 +221,12 @@ async def test_a_task_that_fails_on_three_devices_fails_with_each_reason(
             await publish(bus, failure)
             if attempt < len(devices):
                 found = await until(
-                    lambda a=attempt: _count(bus, "task.requeued", a), what=f"requeue {attempt}"
+                    f"requeue {attempt}",
+                    lambda a=attempt: _count(bus, "task.requeued", a),
+                    within_s=30,
                 )
                 assert found[-1].data["reason"] == f"failed on {device_id}: exit {attempt}"
-        failed = await until(lambda: events_of(bus, "task.failed"), what="the task failed")
+        failed = await until("the task failed", lambda: events_of(bus, "task.failed"))
         assert failed[0].id == "failed-t2"
         assert failed[0].data == {
             "task_id": "t2",
@@ -272,7 +261,7 @@ async def test_a_run_failure_that_comes_twice_requeues_once_and_a_left_device_gi
         first = envelope(failure, actor="tester", source="test", prefix=bus.prefix)
         seq = await bus.publish(first)
         await publish(bus, failure)  # the same result posted again (another envelope)
-        await until(lambda: events_of(bus, "task.requeued"), what="the requeue")
+        await until("the requeue", lambda: events_of(bus, "task.requeued"))
         # The consumer's redelivery of the message, and a restarted lifecycle.
         await running.fleet.on_run_failed(first, seq)
         assert await running.fleet.settle("t3", 1, None) is None
@@ -288,7 +277,9 @@ async def test_a_run_failure_that_comes_twice_requeues_once_and_a_left_device_gi
         await place(bus, "t3", 2, "dev-b")
         await publish(bus, TaskStarted(task_id="t3", attempt=2, device_id="dev-b"))
         await publish(bus, DeviceLeft(device_id="dev-b", reason="revoked"))
-        found = await until(lambda: _count(bus, "task.requeued", 2), what="the second requeue")
+        found = await until(
+            "the second requeue", lambda: _count(bus, "task.requeued", 2), within_s=30
+        )
         assert (found[1].id, found[1].data["reason"]) == ("requeued-t3-2", "dev-b left: revoked")
         await running.ticks(3)
         assert len(await events_of(bus, "task.requeued")) == 2
@@ -341,7 +332,7 @@ async def test_once_its_watch_has_the_bucket_a_tick_reads_no_key(
     beating = Beating(ctx, clock, "dev-a", "dev-b")
     running = Running(ctx, clock)
     try:
-        await until(lambda: running.fleet.devices_online() == 2, what="both devices online")
+        await until("both devices online", lambda: running.fleet.devices_online() == 2)
         watch = running.fleet.watch
         assert watch is not None
         await asyncio.wait_for(watch.synced.wait(), 10)
@@ -349,7 +340,7 @@ async def test_once_its_watch_has_the_bucket_a_tick_reads_no_key(
         await running.ticks(5)
         assert len(reads) == before and watch.updates > 0
         await beating.silence("dev-b")
-        await until(lambda: running.fleet.devices_online() == 1, what="dev-b offline")
+        await until("dev-b offline", lambda: running.fleet.devices_online() == 1)
         assert len(reads) == before
     finally:
         await running.close()

@@ -29,8 +29,7 @@ from hpc_ds1.services.decision import DecisionService
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
-
-from ..gateway.conftest import ROLE_TOKENS, as_role, asgi_client, role_token_events
+from tests.support.gateway import ROLE_TOKENS, as_role, asgi_client, role_token_events
 
 JOB = {"workload": "gemm", "size": 288, "config": {"ranks": 1, "threads": 1}}
 TELEMETRY = {"runtime_s": 0.01}

@@ -22,8 +22,7 @@ from hpc_ds1.security.credentials import read_join_token, register_join_token, w
 from hpc_ds1.security.tokens import token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-
-from .conftest import ROLE_TOKENS, as_role
+from tests.support.gateway import ROLE_TOKENS, as_role
 
 FINGERPRINT: dict[str, Any] = {
     "device_id": "f00dfeed0001",

@@ -25,8 +25,7 @@ from hpc_ds1.requests import MAX_SEQ, MAX_SIZE
 from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-
-from .conftest import ROLE_TOKENS, as_role, asgi_client, fold
+from tests.support.gateway import ROLE_TOKENS, as_role, asgi_client, fold
 
 GEMM = {"workload": "gemm", "size": 288, "config": {"ranks": 1, "threads": 1}}
 TELEMETRY = {"runtime_s": 0.01}

@@ -14,7 +14,7 @@ from hpc_ds1.infra.ports import free_port
 from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.services import gateway
 from hpc_ds1.settings import Settings
-from tests.services.gateway.conftest import as_role, fold, role_token_events
+from tests.support.gateway import as_role, fold, role_token_events
 
 
 async def test_an_open_stream_does_not_hold_the_gateway_past_its_grace(

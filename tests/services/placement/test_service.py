@@ -36,6 +36,7 @@ from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import models_bucket
 from hpc_ds1.process.runtime import run_service
 from hpc_ds1.settings import Settings
+from tests.support.waiting import until
 
 WAIT_S = 30.0
 SLOW = {"ranks": 1, "threads": 1, "tile": 64, "gpu": False}
@@ -51,13 +52,11 @@ async def task_events(bus: EventBus, task_id: str) -> list[tuple[str, dict[str, 
 
 
 async def wait_for(bus: EventBus, task_id: str, kind: str) -> dict[str, Any]:
-    end = time.monotonic() + WAIT_S
-    while time.monotonic() < end:
-        found = [data for t, data in await task_events(bus, task_id) if t == kind]
-        if found:
-            return found[-1]
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no {kind} for {task_id} within {WAIT_S:g} s")
+    async def events() -> list[dict[str, Any]]:
+        return [data for t, data in await task_events(bus, task_id) if t == kind]
+
+    found: list[dict[str, Any]] = await until(f"{kind} for {task_id}", events, WAIT_S, 0.1)
+    return found[-1]
 
 
 @contextlib.asynccontextmanager

@@ -42,8 +42,8 @@ from tests.model.unsafe_models import (
     open_watch,
     peak_rss_growth,
 )
+from tests.support.gateway import as_role, asgi_client, fold, role_token_events
 
-from ..conftest import as_role, asgi_client, fold, role_token_events
 from ..fleet_fixtures import Fleet, bearer, fleet, placement_service, projector
 
 __all__ = ["fleet", "placement_service", "projector"]

@@ -31,8 +31,8 @@ from hpc_ds1.fleet.liveness import Heartbeat, beat, liveness_bucket
 from hpc_ds1.services.gateway import _listen, create_app
 from hpc_ds1.settings import Settings
 from tests.support.commands import hpc
+from tests.support.gateway import ROLE_TOKENS
 
-from ..conftest import ROLE_TOKENS
 from ..fleet_fixtures import (
     FINGERPRINT,
     Fleet,

@@ -48,9 +48,9 @@ from hpc_ds1.services.gateway.api import fleet as fleet_api
 from hpc_ds1.services.gateway.edge.ratelimit import is_loopback
 from hpc_ds1.settings import Settings
 from tests.support.commands import HPC_DS1, hpc
+from tests.support.gateway import ROLE_TOKENS
 from tests.support.serving import cli_headers, start_serve, stop, wait_ready
 
-from ..conftest import ROLE_TOKENS
 from ..fleet_fixtures import (
     FINGERPRINT,
     Fleet,

@@ -20,8 +20,7 @@ from hpc_ds1.services.coordinator import Coordinator
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from tests.services.coordinator.device import DEVICE, FINGERPRINT, START
-
-from ..conftest import as_role, asgi_client, fold, role_token_events
+from tests.support.gateway import as_role, asgi_client, fold, role_token_events
 
 JOB = {"workload": "gemm", "size": 256, "start": START}
 

@@ -18,8 +18,7 @@ from hpc_ds1.events import envelope
 from hpc_ds1.process.runtime import run_service
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-
-from ..conftest import as_role, asgi_client, role_token_events
+from tests.support.gateway import as_role, asgi_client, role_token_events
 
 JOB = {"workload": "gemm", "size": 256}
 

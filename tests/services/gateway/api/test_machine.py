@@ -12,8 +12,8 @@ from sqlalchemy import Engine
 from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import DeviceRegistered, MeasurementRecorded, ModelPublished
 from hpc_ds1.settings import Settings
+from tests.support.gateway import fold
 
-from ..conftest import fold
 from ..fleet_fixtures import FINGERPRINT
 
 METRICS: dict[str, Any] = {

@@ -17,9 +17,9 @@ from hpc_ds1.model import Model, TrainedModel
 from hpc_ds1.models_store import save_local
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
+from tests.support.gateway import as_role, fold
 from tests.support.measured import TINY
 
-from ..conftest import as_role, fold
 from ..fleet_fixtures import FINGERPRINT
 
 

@@ -12,8 +12,7 @@ from sqlalchemy import Engine
 from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import MeasurementRecorded
 from hpc_ds1.settings import Settings
-
-from ..conftest import fold
+from tests.support.gateway import fold
 
 
 def run(i: int, device: str, workload: str, tile: int, runtime_s: float | None) -> Any:

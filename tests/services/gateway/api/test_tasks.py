@@ -26,8 +26,8 @@ from hpc_ds1.events import (
 from hpc_ds1.process.runtime import run_service
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
-
-from ..conftest import as_role, asgi_client, role_token_events
+from tests.support.gateway import as_role, asgi_client, role_token_events
+from tests.support.waiting import until
 
 CONFIG = {"ranks": 2, "threads": 1, "tile": 64, "gpu": False}
 
@@ -58,14 +58,14 @@ async def publish(settings: Settings, bus: EventBus, *events: Any) -> None:
         await bus.publish(envelope(event, actor="placement", source="test", prefix=bus.prefix))
 
 
-async def until(http: httpx.AsyncClient, task_id: str, status: str) -> dict[str, Any]:
-    for _ in range(300):
+async def until_status(http: httpx.AsyncClient, task_id: str, status: str) -> dict[str, Any]:
+    async def task() -> dict[str, Any] | None:
         answer = await http.get(f"/v1/tasks/{task_id}", headers=as_role("viewer"))
-        if answer.status_code == 200 and answer.json()["status"] == status:
-            body: dict[str, Any] = answer.json()
-            return body
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"task {task_id} never became {status}: {answer.text}")
+        body: dict[str, Any] = answer.json()
+        return body if answer.status_code == 200 and body["status"] == status else None
+
+    found: dict[str, Any] = await until(f"task {task_id} {status}", task, within_s=15)
+    return found
 
 
 async def submit(
@@ -159,7 +159,7 @@ async def test_the_task_json_follows_the_lifecycle_and_the_list_filters(
     done = await submit(http, "gemm", 64)
 
     await publish(settings, bus, TaskWaiting(task_id=waits["task_id"], reason="no device online"))
-    waiting = await until(http, waits["task_id"], "waiting")
+    waiting = await until_status(http, waits["task_id"], "waiting")
     assert waiting["waiting_for"] == "no device online" and waiting["placement"] is None
 
     # Placed on dev-a, which went offline; placed again on dev-b, running there.
@@ -173,7 +173,7 @@ async def test_the_task_json_follows_the_lifecycle_and_the_list_filters(
         placed(runs["task_id"], "dev-b", attempt=2),
         TaskStarted(task_id=runs["task_id"], attempt=2, device_id="dev-b"),
     )
-    running = await until(http, runs["task_id"], "running")
+    running = await until_status(http, runs["task_id"], "running")
     assert running["attempt"] == 2 and running["failures"] == ["dev-a went offline"]
     placement = running["placement"]
     assert placement["device_id"] == "dev-b" and placement["attempt"] == 2
@@ -200,7 +200,7 @@ async def test_the_task_json_follows_the_lifecycle_and_the_list_filters(
             measurement_id="task-x-1",
         ),
     )
-    finished = await until(http, done["task_id"], "finished")
+    finished = await until_status(http, done["task_id"], "finished")
     assert finished["result"] == {
         "device_id": "dev-a",
         "config": CONFIG,

@@ -26,8 +26,7 @@ from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.api.tasks import size_bounds
 from hpc_ds1.settings import Settings
 from hpc_ds1.workloads import list_workloads
-
-from ..conftest import as_role, asgi_client, fold
+from tests.support.gateway import as_role, asgi_client, fold
 
 CONFIG = {"ranks": 2, "threads": 1, "tile": 64, "gpu": False}
 

@@ -40,8 +40,7 @@ from hpc_ds1.services.gateway.edge.metrics import (
     request_histogram,
 )
 from hpc_ds1.settings import Settings
-
-from ..conftest import as_role, asgi_client, fold
+from tests.support.gateway import as_role, asgi_client, fold
 
 GEMM = {"workload": "gemm", "size": 288, "config": {"ranks": 1, "threads": 1}}
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

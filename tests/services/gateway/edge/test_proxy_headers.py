@@ -20,8 +20,7 @@ from hpc_ds1.security.credentials import ensure_join_token
 from hpc_ds1.security.tokens import new_token
 from hpc_ds1.services import gateway
 from hpc_ds1.settings import Settings
-
-from ..conftest import as_role, fold, role_token_events
+from tests.support.gateway import as_role, fold, role_token_events
 
 RELAYED = {"X-Forwarded-For": "8.8.8.8"}
 

@@ -22,8 +22,8 @@ from hpc_ds1.services.gateway.edge.ratelimit import QuietLog, RateLimiter
 from hpc_ds1.services.gateway.edge.token_cache import TokenCache
 from hpc_ds1.services.gateway.schemas import ErrorBody
 from hpc_ds1.settings import Settings
+from tests.support.gateway import as_role
 
-from ..conftest import as_role
 from ..fleet_fixtures import FINGERPRINT, Fleet, bearer, fleet, projector
 
 __all__ = ["fleet", "projector"]

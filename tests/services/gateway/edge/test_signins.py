@@ -22,8 +22,7 @@ from hpc_ds1.security.tokens import new_token, parse_expiry, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import SESSION_COOKIE
 from hpc_ds1.settings import Settings
-
-from ..conftest import ROLE_TOKENS, as_role, fold, role_token_events
+from tests.support.gateway import ROLE_TOKENS, as_role, fold, role_token_events
 
 ORIGIN = {"Origin": "http://gw"}
 

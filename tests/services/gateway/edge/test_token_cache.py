@@ -21,8 +21,7 @@ from hpc_ds1.services.gateway import create_app
 from hpc_ds1.services.gateway.edge.auth import install_auth
 from hpc_ds1.services.gateway.edge.token_cache import TokenCache
 from hpc_ds1.settings import Settings
-
-from ..conftest import as_role, asgi_client, fold
+from tests.support.gateway import as_role, asgi_client, fold
 
 # The longest the tests wait for the event to reach the gateway (it takes milliseconds).
 EVENT_WAIT_S = 10.0
