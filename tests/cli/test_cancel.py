@@ -30,8 +30,8 @@ from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import register, unregister
-from tests.runner.test_long_runs import alive, rank_pids, sleeper
 from tests.support.commands import hpc
+from tests.support.sleeper import alive, rank_pids, sleeper
 from tests.support.waiting import until
 
 

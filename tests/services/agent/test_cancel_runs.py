@@ -19,7 +19,7 @@ from hpc_ds1.requests import CancelRunRequest, RunRequest
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import register, unregister
-from tests.runner.test_long_runs import alive, rank_pids, sleeper
+from tests.support.sleeper import alive, rank_pids, sleeper
 from tests.support.waiting import until
 
 CONFIG = {"ranks": 2, "threads": 1, "tile": 1}
