@@ -53,11 +53,41 @@ class TaskState:
         return self.status in ACTIVE and self.attempt == attempt
 
 
+def takes(state: TaskState, event: Event) -> bool:
+    """Whether `event` changes the task beyond its version: the guard of each transition of
+    `evolve`. The projector's `tasks` rows apply the same guards (hpc_ds1.projection.fold)."""
+    s = state
+    match event:
+        case TaskSubmitted():
+            return s.status == "unknown"
+        case TaskPlaced():
+            return s.status not in ("unknown", *DONE) and s.attempt < event.attempt
+        case TaskWaiting():
+            return s.status in ("submitted", "waiting")
+        case TaskStarted():
+            return (
+                s.status == "placed"
+                and s.attempt == event.attempt
+                and (s.device_id == event.device_id)
+            )
+        case TaskFinished():
+            return s._current(event.attempt) and s.device_id == event.device_id
+        case TaskRunFailed():
+            return s._current(event.attempt) and len(s.failures) < event.attempt
+        case TaskRequeued():
+            return s._current(event.attempt)
+        case TaskFailed():
+            return s.status not in DONE
+    return False
+
+
 def evolve(state: TaskState, seq: int, event: Event) -> TaskState:
     """The task after one of its events (any other event only moves the version)."""
     s = replace(state, version=max(state.version, seq))
+    if not takes(state, event):
+        return s
     match event:
-        case TaskSubmitted() if s.status == "unknown":
+        case TaskSubmitted():
             return replace(
                 s,
                 task_id=event.task_id,
@@ -65,23 +95,23 @@ def evolve(state: TaskState, seq: int, event: Event) -> TaskState:
                 size=event.size,
                 status="submitted",
             )
-        case TaskPlaced() if s.status not in ("unknown", *DONE) and s.attempt < event.attempt:
+        case TaskPlaced():
             return replace(s, status="placed", attempt=event.attempt, device_id=event.device_id)
-        case TaskWaiting() if s.status in ("submitted", "waiting"):
+        case TaskWaiting():
             return replace(s, status="waiting")
-        case TaskStarted() if s.status == "placed" and s.attempt == event.attempt:
-            return replace(s, status="running") if s.device_id == event.device_id else s
-        case TaskFinished() if s._current(event.attempt) and s.device_id == event.device_id:
+        case TaskStarted():
+            return replace(s, status="running")
+        case TaskFinished():
             return replace(s, status="finished")
-        case TaskRunFailed() if s._current(event.attempt) and len(s.failures) < event.attempt:
+        case TaskRunFailed():
             reason = failure_reason(event.device_id, event.error)
             return replace(
                 s, failures=(*s.failures, reason), failed_on=(*s.failed_on, event.device_id)
             )
-        case TaskRequeued() if s._current(event.attempt):
+        case TaskRequeued():
             failures = s.failures if s.current_failed else (*s.failures, event.reason)
             return replace(s, status="submitted", failures=failures)
-        case TaskFailed() if s.status not in DONE:
+        case TaskFailed():
             return replace(s, status="failed", failures=tuple(event.reasons) or s.failures)
     return s
 

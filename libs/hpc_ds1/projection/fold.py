@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Table, exists, func, literal
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Table
 
 from hpc_ds1.db import tables
 from hpc_ds1.eventlog.audit import audit_record, parse_exact
@@ -47,23 +46,28 @@ from hpc_ds1.events import (
 )
 from hpc_ds1.events.codec import envelope_of
 from hpc_ds1.fleet.plausible import off_estimate
-from hpc_ds1.fleet.tasks import ACTIVE, DONE, failure_reason
+from hpc_ds1.fleet.tasks import TaskState, failure_reason, takes
+
+Row = dict[str, Any]
+# (the row as it is, the rows named in `Write.reads` as they are: None where absent) -> the
+# values to set, or None to leave the row as it is.
+Change = Callable[[Row, tuple[Row | None, ...]], Row | None]
 
 
 @dataclass(frozen=True)
 class Write:
-    """One row change: insert (ignore if present), upsert, or update by key. An update with
-    `where` changes the row only when every condition holds on the row as it is then (a stale
-    or repeated event changes nothing); its `row` values may be SQL expressions of the row.
-    `reads_others`: its `where` reads another table's rows, so it must see every write before
-    it, whatever their table (the store may otherwise apply a batch's writes table by table)."""
+    """One row change: insert (nothing if present), upsert, or update by key (nothing if
+    absent). An update with `change` is conditional: its values are what `change` makes of the
+    row as it is then (and of the rows of other tables named in `reads`, by table and key), and
+    None changes nothing (a stale or repeated event). Its `row` then holds only the key. The
+    store applies a batch's writes in their order, so a change sees every write before it."""
 
     table: Table
     kind: Literal["insert", "upsert", "update"]
-    row: dict[str, Any]
+    row: Row
     keep_on_update: tuple[str, ...] = field(default=())
-    where: tuple[ColumnElement[bool], ...] = field(default=())
-    reads_others: bool = False
+    change: Change | None = None
+    reads: tuple[tuple[Table, Any], ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -123,28 +127,34 @@ def _device_status(seq: int, env: Envelope, e: DeviceStatusChanged) -> list[Writ
 # that attempt is the task's current one and the task is where the event can come from, so a
 # repeated, late or stale event (a result of an attempt already requeued) changes nothing.
 # `failures` holds one entry per abandoned attempt: attempt N's entry is its N-th at most.
-# The same rules as the pure fold hpc_ds1.fleet.tasks.evolve (the coordinator's view).
+# The guards are those of the pure fold hpc_ds1.fleet.tasks.evolve (the coordinator's view),
+# applied to the row as it is when the event's turn comes (`Write.change`).
 _t = tables.tasks
-_ACTIVE = ACTIVE
-_DONE = DONE
 
 
-def _task_update(seq: int, env: Envelope, task_id: str, *where: Any, **values: Any) -> Write:
-    row = {"task_id": task_id, **values, "updated_at": env.time, "seq": seq}
-    return Write(_t, "update", row, where=tuple(where))
-
-
-def _append_failure(seq: int, env: Envelope, task_id: str, attempt: int, text: str) -> Write:
-    entry = literal([storable(text, 2000)], JSONB)
-    return _task_update(
-        seq,
-        env,
-        task_id,
-        _t.c.attempt == attempt,
-        _t.c.status.in_(_ACTIVE),
-        func.jsonb_array_length(_t.c.failures) < attempt,
-        failures=_t.c.failures.op("||")(entry),
+def _task_state(row: Row) -> TaskState:
+    return TaskState(
+        task_id=row["task_id"],
+        status=row["status"],
+        attempt=row["attempt"],
+        device_id=row["device_id"],
+        failures=tuple(row["failures"]),
     )
+
+
+def _task_change(
+    seq: int, env: Envelope, event: Event, task_id: str, values: Callable[[Row], Row]
+) -> Write:
+    def change(row: Row, _: tuple[Row | None, ...]) -> Row | None:
+        if not takes(_task_state(row), event):
+            return None
+        return {**values(row), "updated_at": env.time, "seq": seq}
+
+    return Write(_t, "update", {"task_id": task_id}, change=change)
+
+
+def _failure_added(row: Row, text: str) -> list[Any]:
+    return [*row["failures"], storable(text, 2000)]
 
 
 def _task_submitted(seq: int, env: Envelope, e: TaskSubmitted) -> list[Write]:
@@ -164,114 +174,84 @@ def _task_submitted(seq: int, env: Envelope, e: TaskSubmitted) -> list[Write]:
 
 
 def _task_placed(seq: int, env: Envelope, e: TaskPlaced) -> list[Write]:
-    return [
-        _task_update(
-            seq,
-            env,
-            e.task_id,
-            _t.c.attempt < e.attempt,
-            _t.c.status.not_in(_DONE),
-            status="placed",
-            attempt=e.attempt,
-            device_id=e.device_id,
-            config=e.config,
-            expected_s=e.expected_s,
-            queue_s=e.queue_s,
-            basis=e.basis,
-            reason=e.reason,
-            runner_up=e.runner_up,
-            placement=env.data,
-            placed_at=env.time,
-            started_at=None,
-        )
-    ]
+    values = {
+        "status": "placed",
+        "attempt": e.attempt,
+        "device_id": e.device_id,
+        "config": e.config,
+        "expected_s": e.expected_s,
+        "queue_s": e.queue_s,
+        "basis": e.basis,
+        "reason": e.reason,
+        "runner_up": e.runner_up,
+        "placement": env.data,
+        "placed_at": env.time,
+        "started_at": None,
+    }
+    return [_task_change(seq, env, e, e.task_id, lambda _: values)]
 
 
 def _task_waiting(seq: int, env: Envelope, e: TaskWaiting) -> list[Write]:
-    return [
-        _task_update(
-            seq,
-            env,
-            e.task_id,
-            _t.c.status.in_(("submitted", "waiting")),
-            status="waiting",
-            reason=e.reason,
-        )
-    ]
+    values = {"status": "waiting", "reason": e.reason}
+    return [_task_change(seq, env, e, e.task_id, lambda _: values)]
 
 
 def _task_started(seq: int, env: Envelope, e: TaskStarted) -> list[Write]:
-    return [
-        _task_update(
-            seq,
-            env,
-            e.task_id,
-            _t.c.attempt == e.attempt,
-            _t.c.device_id == e.device_id,
-            _t.c.status == "placed",
-            status="running",
-            started_at=env.time,
-        )
-    ]
+    values = {"status": "running", "started_at": env.time}
+    return [_task_change(seq, env, e, e.task_id, lambda _: values)]
 
 
 def _task_finished(seq: int, env: Envelope, e: TaskFinished) -> list[Write]:
-    current = (_t.c.attempt == e.attempt, _t.c.device_id == e.device_id, _t.c.status.in_(_ACTIVE))
     off = off_estimate(e.runtime_s, e.expected_s)
     writes: list[Write] = []
     if off is not None:
         # Counted on the device while the task's row still takes this result (once: the task
         # update that follows makes it finished).
-        d = tables.devices
-        row = {
-            "device_id": e.device_id,
-            "off_estimates": d.c.off_estimates + 1,
-            "off_estimate": storable(f"task {e.task_id}: {off}", 1000),
-        }
-        taking = exists().where(_t.c.task_id == e.task_id, *current)
-        writes.append(Write(d, "update", row, where=(taking,), reads_others=True))
-    writes.append(
-        _task_update(
-            seq,
-            env,
-            e.task_id,
-            *current,
-            status="finished",
-            config=e.config,
-            runtime_s=e.runtime_s,
-            measurement_id=e.measurement_id,
-            finished_at=env.time,
-            off_estimate=off,
+        text = storable(f"task {e.task_id}: {off}", 1000)
+
+        def counted(row: Row, task: tuple[Row | None, ...]) -> Row | None:
+            if task[0] is None or not takes(_task_state(task[0]), e):
+                return None
+            return {"off_estimates": row["off_estimates"] + 1, "off_estimate": text}
+
+        device = {"device_id": e.device_id}
+        writes.append(
+            Write(tables.devices, "update", device, change=counted, reads=((_t, e.task_id),))
         )
-    )
+    values = {
+        "status": "finished",
+        "config": e.config,
+        "runtime_s": e.runtime_s,
+        "measurement_id": e.measurement_id,
+        "finished_at": env.time,
+        "off_estimate": off,
+    }
+    writes.append(_task_change(seq, env, e, e.task_id, lambda _: values))
     return writes
 
 
 def _task_run_failed(seq: int, env: Envelope, e: TaskRunFailed) -> list[Write]:
     reason = failure_reason(e.device_id, e.error)
-    return [_append_failure(seq, env, e.task_id, e.attempt, reason)]
-
-
-def _task_requeued(seq: int, env: Envelope, e: TaskRequeued) -> list[Write]:
-    # The failure first (a run failure already wrote this attempt's), then the status.
     return [
-        _append_failure(seq, env, e.task_id, e.attempt, e.reason),
-        _task_update(
-            seq,
-            env,
-            e.task_id,
-            _t.c.attempt == e.attempt,
-            _t.c.status.in_(_ACTIVE),
-            status="submitted",
-        ),
+        _task_change(seq, env, e, e.task_id, lambda row: {"failures": _failure_added(row, reason)})
     ]
 
 
+def _task_requeued(seq: int, env: Envelope, e: TaskRequeued) -> list[Write]:
+    def values(row: Row) -> Row:
+        # The attempt's failure, unless its run failure already wrote it; then the status.
+        if _task_state(row).current_failed:
+            return {"status": "submitted"}
+        return {"status": "submitted", "failures": _failure_added(row, e.reason)}
+
+    return [_task_change(seq, env, e, e.task_id, values)]
+
+
 def _task_failed(seq: int, env: Envelope, e: TaskFailed) -> list[Write]:
-    values: dict[str, Any] = {"status": "failed"}
+    values: Row = {"status": "failed"}
     if e.reasons:  # the full list: every abandoned attempt's reason
         values["failures"] = [storable(r, 2000) for r in e.reasons]
-    return [_task_update(seq, env, e.task_id, _t.c.status.not_in(_DONE), **values)]
+    return [_task_change(seq, env, e, e.task_id, lambda _: values)]
 
 
 def _measurement(seq: int, env: Envelope, e: MeasurementRecorded) -> list[Write]:
@@ -431,9 +411,10 @@ def _token_revoked(seq: int, env: Envelope, e: TokenRevoked) -> list[Write]:
 
 def _token_used(seq: int, env: Envelope, e: TokenUsed) -> list[Write]:
     # Counted once: the row's seq moves past this event's with the count.
-    tk = tables.tokens
-    row = {"token_id": e.token_id, "uses": tk.c.uses + 1, "seq": seq}
-    return [Write(tk, "update", row, where=(tk.c.seq < seq,))]
+    def counted(row: Row, _: tuple[Row | None, ...]) -> Row | None:
+        return {"uses": row["uses"] + 1, "seq": seq} if row["seq"] < seq else None
+
+    return [Write(tables.tokens, "update", {"token_id": e.token_id}, change=counted)]
 
 
 PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {

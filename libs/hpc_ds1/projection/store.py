@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import groupby
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Table, bindparam, exc, select, update
+from sqlalchemy import Boolean, Connection, Integer, Table, UniqueConstraint, exc, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from hpc_ds1.db import tables
 
-from .fold import Folded, SetAside, Write, set_aside
+from .fold import Folded, Row, SetAside, Write, set_aside
 
 PROJECTION = "main"
 
@@ -65,17 +66,28 @@ def _plan(table: Table) -> tuple[list[str], list[int]]:
     return plan
 
 
-def _copy(conn: Connection, table: Table, target: str, rows: Sequence[dict[str, Any]]) -> None:
+def _copy(
+    conn: Connection,
+    table: Table,
+    target: str,
+    rows: Sequence[dict[str, Any]],
+    extra: tuple[str, Sequence[Any]] | None = None,
+) -> None:
+    """COPY `rows` (the table's columns) into `target`; `extra`: one more column, its name
+    and each row's value."""
     columns, json_at = _plan(table)
+    names = [*columns, extra[0]] if extra else columns
     cursor = conn.connection.cursor()
-    with cursor.copy(f"COPY {target} ({', '.join(columns)}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+    with cursor.copy(f"COPY {target} ({', '.join(names)}) FROM STDIN") as copy:  # type: ignore[attr-defined]
         write = copy.write_row
-        for row in rows:
+        for n, row in enumerate(rows):
             get = row.get
             values = [get(c) for c in columns]
             for i in json_at:
                 if values[i] is not None:
                     values[i] = Jsonb(values[i], dumps=_dumps)
+            if extra:
+                values.append(extra[1][n])
             write(values)
 
 
@@ -113,62 +125,179 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
     cursor.execute(f"TRUNCATE {stage}")
 
 
-def by_table(writes: Sequence[Write]) -> list[Write]:
-    """The writes table by table (a stable sort: each table's own writes keep their order),
-    between the writes that read other tables (`Write.reads_others`), which stay where they
-    are and see everything before them. The read models have no foreign keys, so one table's
-    rows never depend on when another's were written; grouped so, a batch's writes to a table
-    go in a few statements instead of one per run of consecutive writes (the rebuild of a
-    year, docs/performance.md)."""
-    out: list[Write] = []
-    run: list[Write] = []
+# Per table: its columns' values where an upsert leaves them out (the server default, as
+# Postgres would fill it in; None where the column has none).
+_DEFAULTS: dict[str, Row] = {}
+
+
+def _defaults(table: Table) -> Row:
+    found = _DEFAULTS.get(table.name)
+    if found is None or len(found) != len(table.columns):
+        found = {}
+        for column in table.columns:
+            default = column.server_default
+            text = getattr(default, "arg", None)
+            if default is None:
+                found[column.name] = None
+            elif isinstance(column.type, Boolean) and text in ("true", "false"):
+                found[column.name] = text == "true"
+            elif isinstance(column.type, Integer) and isinstance(text, str):
+                found[column.name] = int(text)
+            else:  # a default the fold cannot know without asking Postgres
+                raise ValueError(f"{table.name}.{column.name}: server default {default!r}")
+        _DEFAULTS[table.name] = found
+    return found
+
+
+@dataclass
+class Versions:
+    """One table's rows as a batch's writes leave them: every version a write made (each must
+    be one Postgres takes), the key of each, and each key's last."""
+
+    table: Table
+    rows: list[Row] = field(default_factory=list)
+    keys: list[Any] = field(default_factory=list)
+    applied: list[bool] = field(default_factory=list)  # False: an insert that found its row
+
+    def final(self) -> list[bool]:
+        last = {
+            key: i
+            for i, (key, took) in enumerate(zip(self.keys, self.applied, strict=True))
+            if took
+        }
+        return [last.get(key) == i for i, key in enumerate(self.keys)]
+
+
+def _key(table: Table, row: Row) -> Any:
+    (column,) = table.primary_key.columns  # every read model has a one-column key
+    return row[column.name]
+
+
+def fold_writes(writes: Sequence[Write], found: dict[str, dict[Any, Row]]) -> dict[str, Versions]:
+    """Apply `writes` in their order to the rows `found` (by table name, by key: the rows as
+    Postgres holds them now), in memory, as the statements one per write would have: an insert
+    changes nothing where its row exists, an update nothing where it does not, a `change`
+    reads the rows as the writes before it left them. Pure: `found` is left as it was."""
+    rows = {name: dict(by_key) for name, by_key in found.items()}
+    out: dict[str, Versions] = {}
     for write in writes:
-        if write.reads_others:
-            out += sorted(run, key=lambda w: w.table.name)
-            out.append(write)
-            run = []
+        table = write.table
+        current = rows.setdefault(table.name, {})
+        versions = out.setdefault(table.name, Versions(table))
+        key = _key(table, write.row)
+        row = current.get(key)
+        if write.kind == "insert":
+            candidate = {c.name: write.row.get(c.name) for c in table.columns}
+            versions.rows.append(candidate)
+            versions.keys.append(key)
+            versions.applied.append(row is None)
+            if row is None:
+                current[key] = candidate
+            continue
+        if write.kind == "upsert":
+            if row is None:
+                new = {**_defaults(table), **write.row}
+            else:
+                kept = set(write.keep_on_update)
+                new = {**row, **{c: v for c, v in write.row.items() if c not in kept}}
+        elif row is None:
+            continue
+        elif write.change is not None:
+            read = tuple(rows.get(t.name, {}).get(k) for t, k in write.reads)
+            values = write.change(row, read)
+            if values is None:
+                continue
+            new = {**row, **values}
         else:
-            run.append(write)
-    return out + sorted(run, key=lambda w: w.table.name)
+            new = {**row, **write.row}
+        current[key] = new
+        versions.rows.append(new)
+        versions.keys.append(key)
+        versions.applied.append(True)
+    return out
+
+
+def _load(conn: Connection, table: Table, keys: Sequence[Any]) -> dict[Any, Row]:
+    (column,) = table.primary_key.columns
+    kind = column.type.compile(dialect=postgresql.dialect())
+    cursor = conn.connection.cursor(row_factory=dict_row)  # type: ignore[call-overload]
+    cursor.execute(
+        f"SELECT * FROM {table.name} WHERE {column.name} = ANY(%s::{kind}[])", [list(keys)]
+    )
+    return {row[column.name]: row for row in cursor.fetchall()}
+
+
+def _stage_for(conn: Connection, table: Table) -> str:
+    """A session's staging table for `table`'s row versions, with `table`'s columns, NOT NULL
+    constraints and indexes (none unique): a version Postgres would have refused in `table`
+    (a value out of range, a NULL, an index entry too large) is refused here too, even where a
+    later write of the batch replaces it."""
+    stage = f"fold_{table.name}"
+    statements = [
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} "
+        f"(LIKE {table.name}, stage_final boolean NOT NULL) ON COMMIT DELETE ROWS"
+    ]
+    indexed = [tuple(c.name for c in table.primary_key.columns)]
+    indexed += [tuple(c.name for c in index.columns) for index in table.indexes]
+    indexed += [
+        tuple(c.name for c in constraint.columns)
+        for constraint in table.constraints
+        if isinstance(constraint, UniqueConstraint)
+    ]
+    for i, columns in enumerate(dict.fromkeys(indexed)):
+        statements.append(
+            f"CREATE INDEX IF NOT EXISTS {stage}_{i} ON {stage} ({', '.join(columns)})"
+        )
+    conn.connection.cursor().execute("; ".join(statements))
+    return stage
+
+
+def _write_versions(conn: Connection, versions: Versions) -> None:
+    """Every version into the staging table (so Postgres checks each), then each key's last
+    into the table, inserted or replacing the row: one statement for the table's batch."""
+    table = versions.table
+    stage = _stage_for(conn, table)
+    final = versions.final()
+    _copy(conn, table, stage, versions.rows, extra=("stage_final", final))
+    columns = [c.name for c in table.columns]
+    key = ", ".join(c.name for c in table.primary_key.columns)
+    names = ", ".join(columns)
+    changed = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c not in key.split(", "))
+    conn.connection.cursor().execute(
+        f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {stage} WHERE stage_final "
+        f"ON CONFLICT ({key}) DO UPDATE SET {changed}; TRUNCATE {stage}"
+    )
 
 
 def _run_writes(conn: Connection, writes: Sequence[Write]) -> None:
-    # Consecutive writes of one kind to one table go in one statement; each table's order is
-    # kept (`by_table`).
-    grouped = groupby(by_table(writes), key=lambda w: (w.table, w.kind, tuple(w.row)))
-    for (table, kind, _), group in grouped:
-        batch = list(group)
-        rows = [w.row for w in batch]
-        key = [c.name for c in table.primary_key.columns]
-        if kind == "insert":
-            insert_rows(conn, table, rows)
-        elif kind == "upsert":
-            for write in batch:
-                stmt = insert(table).values(write.row)
-                changed = {
-                    c: stmt.excluded[c]
-                    for c in write.row
-                    if c not in key and c not in write.keep_on_update
-                }
-                conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=changed))
-        elif any(w.where for w in batch):
-            for write in batch:  # conditional: one statement each, its values may be SQL
-                conn.execute(
-                    update(table)
-                    .where(*[table.c[k] == write.row[k] for k in key], *write.where)
-                    .values({c: v for c, v in write.row.items() if c not in key})
-                )
-        else:
-            columns = [c for c in rows[0] if c not in key]
-            by_key = (
-                update(table)
-                .where(*[table.c[k] == bindparam(f"k_{k}") for k in key])
-                .values({c: bindparam(f"v_{c}") for c in columns})
-            )
-            params = [
-                {**{f"k_{k}": r[k] for k in key}, **{f"v_{c}": r[c] for c in columns}} for r in rows
-            ]
-            conn.execute(by_key, params)
+    """A batch's writes, a few statements per table. Tables only inserted into take their
+    rows as they come (`insert_rows`); the others are folded in memory (`fold_writes`) from
+    their rows as they are, read in one statement per table, and written back in one (the
+    rebuild of a year went from a round trip per two events to a few per batch,
+    docs/performance.md)."""
+    folded = {w.table.name for w in writes if w.kind != "insert"}
+    folded |= {t.name for w in writes for t, _ in w.reads}
+    inserts: dict[str, list[Row]] = {}
+    tables_by_name: dict[str, Table] = {}
+    keys: dict[str, dict[Any, None]] = {}
+    for write in writes:
+        name = write.table.name
+        tables_by_name[name] = write.table
+        if name not in folded:
+            inserts.setdefault(name, []).append(write.row)
+            continue
+        keys.setdefault(name, {})[_key(write.table, write.row)] = None
+        for table, key in write.reads:
+            tables_by_name[table.name] = table
+            keys.setdefault(table.name, {})[key] = None
+    for name, rows in inserts.items():
+        insert_rows(conn, tables_by_name[name], rows)
+    if not keys:
+        return
+    found = {name: _load(conn, tables_by_name[name], list(k)) for name, k in keys.items()}
+    for versions in fold_writes([w for w in writes if w.table.name in folded], found).values():
+        if versions.rows:
+            _write_versions(conn, versions)
 
 
 def apply_batch(
@@ -229,9 +358,10 @@ class Applied:
 
 
 def apply(conn: Connection, folded: Sequence[Folded], checkpoint: int) -> Applied:
-    """Apply a batch; if Postgres refuses any of it, apply it again one event at a time, each
-    in its own savepoint, and set aside (with the reason) each event it refuses. A poison event
-    costs its own rows, never the events after it; any other failure is raised."""
+    """Apply a batch; if Postgres refuses any of it, apply it again in halves, each in its own
+    savepoint, halving what is refused down to single events, and set aside (with the reason)
+    each event it refuses. A poison event costs its own rows, never the events after it; any
+    other failure is raised."""
     batch = conn.begin_nested()
     try:
         applied, last = apply_batch(conn, folded, checkpoint)
@@ -242,40 +372,53 @@ def apply(conn: Connection, folded: Sequence[Folded], checkpoint: int) -> Applie
     else:
         batch.commit()
         return Applied(applied, [], last)
-    return _apply_each(conn, [f for f in folded if f.seq > checkpoint], checkpoint)
-
-
-def _apply_each(conn: Connection, fresh: Sequence[Folded], checkpoint: int) -> Applied:
-    applied: list[Folded] = []
-    aside: list[SetAside] = []
-    for item in fresh:
-        one = conn.begin_nested()
-        try:
-            copy_rows(conn, tables.events, [item.raw_row])
-            _run_writes(conn, item.writes)
-        except Exception as error:
-            one.rollback()
-            if not is_refusal(error):
-                raise
-            kept = set_aside(item, refusal(error))
-            copy_rows(conn, tables.set_aside, [kept.row])
-            raw = conn.begin_nested()
-            try:  # its place in the raw log, reduced to what always fits
-                copy_rows(conn, tables.events, [kept.raw_row])
-            except Exception as second:
-                raw.rollback()
-                if not is_refusal(second):
-                    raise
-            else:
-                raw.commit()
-            aside.append(kept)
-        else:
-            one.commit()
-            applied.append(item)
+    fresh = [f for f in folded if f.seq > checkpoint]
+    result = Applied([], [], checkpoint)
+    middle = len(fresh) // 2
+    _apply_parts(conn, fresh[:middle], result)
+    _apply_parts(conn, fresh[middle:], result)
     last = max((f.seq for f in fresh), default=checkpoint)
     if last > checkpoint:
         write_checkpoint(conn, last)
-    return Applied(applied, aside, max(last, checkpoint))
+    return Applied(result.applied, result.set_aside, max(last, checkpoint))
+
+
+def _apply_parts(conn: Connection, part: Sequence[Folded], result: Applied) -> None:
+    """`part` whole if Postgres takes it, else its halves, in order. A part is taken whole
+    exactly when each of its events would be, one after the other (every row version a write
+    makes is checked, `_write_versions`), so which events are set aside does not depend on
+    how the log was cut into batches; halving finds a batch's few refused events in about
+    log2(batch) tries each instead of one try per event."""
+    if not part:
+        return
+    one = conn.begin_nested()
+    try:
+        copy_rows(conn, tables.events, [f.raw_row for f in part])
+        _run_writes(conn, [w for f in part for w in f.writes])
+    except Exception as error:
+        one.rollback()
+        if not is_refusal(error):
+            raise
+        if len(part) > 1:
+            middle = len(part) // 2
+            _apply_parts(conn, part[:middle], result)
+            _apply_parts(conn, part[middle:], result)
+            return
+        kept = set_aside(part[0], refusal(error))
+        copy_rows(conn, tables.set_aside, [kept.row])
+        raw = conn.begin_nested()
+        try:  # its place in the raw log, reduced to what always fits
+            copy_rows(conn, tables.events, [kept.raw_row])
+        except Exception as second:
+            raw.rollback()
+            if not is_refusal(second):
+                raise
+        else:
+            raw.commit()
+        result.set_aside.append(kept)
+    else:
+        one.commit()
+        result.applied.extend(part)
 
 
 def record_gaps(conn: Connection, missing: Sequence[tuple[int, int]]) -> None:
