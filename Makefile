@@ -63,11 +63,17 @@ pytest: $(STAMP) ## the test suite alone, in two pytest-xdist workers (PYTEST_WO
 	exit $$status
 
 # The tiers (docs/contributing.md): `slow` is left out of every run but test-slow's
-# (pyproject.toml's addopts); test-fast leaves out the folders that start real machines too.
-FAST_MARKERS := not slow and not e2e and not browser and not netns and not slurm and not cluster and not compose
-.PHONY: test-fast test-slow docs
-test-fast: $(STAMP) ## the inner loop: the suite without slow, e2e, browser, netns, slurm and cluster tests
+# (pyproject.toml's addopts); test-fast leaves out the folders that start real machines too,
+# and the modules that took longest in the last recorded run (`heavy`, tests/durations.json).
+UNTIERED := not slow and not e2e and not browser and not netns and not slurm and not cluster and not compose
+FAST_MARKERS := $(UNTIERED) and not heavy
+.PHONY: test-fast test-slow test-durations docs
+test-fast: $(STAMP) ## the inner loop: the suite without slow, heavy, e2e, browser, netns, slurm and cluster tests
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "$(FAST_MARKERS)"
+
+test-durations: $(STAMP) ## rerecord tests/durations.json (each module's seconds) from a run of the tests no folder tier holds
+	rm -f build/test-reports.jsonl && mkdir -p build
+	HPC_DS1_RECORD_DURATIONS=$(abspath build/test-reports.jsonl) $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "$(UNTIERED)"
 
 test-slow: $(STAMP) ## only the long forms of the checks marked slow (their small forms run in pytest)
 	$(BIN)/pytest -q -rs --durations=10 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder -m slow

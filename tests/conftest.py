@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -34,7 +35,15 @@ from hpc_ds1.settings import Settings
 from tests.fleet.coordinator import CONFIG, SIZE, START_S, Coordinator, bearer
 from tests.support.commands import HPC_DS1, cli_env
 from tests.support.databases import create_database, drop_database, fresh_database
-from tests.support.tiers import FOLDER_TIERS, SHARED_FOLDERS, work_unit
+from tests.support.tiers import (
+    DURATIONS,
+    FOLDER_TIERS,
+    SHARED_FOLDERS,
+    heavy_modules,
+    module_of,
+    module_seconds,
+    work_unit,
+)
 
 log.configure("info", json=True)
 
@@ -239,8 +248,18 @@ async def device_home(tmp_path: Path, nats_url: str, postgres_url: str) -> Async
         drop_database(postgres_url, settings.database_url)
 
 
+def recorded_heavy_modules(root: Path) -> set[str]:
+    path = root / DURATIONS
+    if not path.exists():
+        return set()
+    return heavy_modules(json.loads(path.read_text()))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    heavy = recorded_heavy_modules(config.rootpath)
     for item in items:
+        if module_of(item.nodeid) in heavy:
+            item.add_marker("heavy")
         path = item.nodeid.split("::")[0]
         for folder, tier in FOLDER_TIERS.items():
             if path.startswith(folder):
@@ -261,3 +280,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return work_unit(nodeid)
 
     return SharedFolderScheduling(config, log)  # type: ignore[arg-type]
+
+
+# `make test-durations` sets this: each test's report (setup, call, teardown) is appended to the
+# file as it comes, from the controller only (xdist's workers forward their reports to it).
+RECORD_DURATIONS = os.environ.get("HPC_DS1_RECORD_DURATIONS")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if RECORD_DURATIONS and os.environ.get("PYTEST_XDIST_WORKER") is None:
+        with open(RECORD_DURATIONS, "a") as out:
+            out.write(json.dumps({"nodeid": report.nodeid, "duration": report.duration}) + "\n")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if RECORD_DURATIONS and os.environ.get("PYTEST_XDIST_WORKER") is None:
+        path = Path(RECORD_DURATIONS)
+        lines = path.read_text().splitlines() if path.exists() else []
+        reports = [json.loads(line) for line in lines]
+        # merged: a run of one folder updates its modules and keeps the others'
+        target = session.config.rootpath / DURATIONS
+        seconds = json.loads(target.read_text()) if target.exists() else {}
+        seconds.update(module_seconds(reports))
+        target.write_text(json.dumps(dict(sorted(seconds.items())), indent=1) + "\n")

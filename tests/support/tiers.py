@@ -38,3 +38,31 @@ FOLDER_TIERS = {
     "tests/cluster/": "cluster",  # a three-node NATS cluster, a site's Postgres role
     "tests/compose/": "compose",  # docker-compose.yml under podman (make test-compose)
 }
+
+
+# The inner loop (`make test-fast`) leaves out, besides the tiers above, the modules that took
+# longest in the last recorded run of the default tier (tests/durations.json, written by `make
+# test-durations`): they start `serve`, run real MPI jobs or train models. A module takes its
+# whole time to one worker (its module fixtures), so a module is the unit; a module not in the
+# file yet (a new one) stays in the loop until the next recording.
+DURATIONS = "tests/durations.json"
+HEAVY_S = 8.0
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def module_seconds(reports: list[dict[str, object]]) -> dict[str, float]:
+    """Each module's setup + call + teardown seconds, from recorded test reports."""
+    seconds: dict[str, float] = {}
+    for report in reports:
+        module = module_of(str(report["nodeid"]))
+        duration = report["duration"]
+        assert isinstance(duration, int | float)
+        seconds[module] = seconds.get(module, 0.0) + float(duration)
+    return {module: round(s, 2) for module, s in sorted(seconds.items())}
+
+
+def heavy_modules(seconds: dict[str, float], limit_s: float = HEAVY_S) -> set[str]:
+    return {module for module, s in seconds.items() if s > limit_s}
