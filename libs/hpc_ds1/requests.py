@@ -16,7 +16,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 MAX_SIZE: Final = 2**40
 MAX_TILE: Final = 2**24
@@ -193,6 +200,28 @@ class StartSessionRequest(BaseModel):
         description="8 to 64 of letters, digits, '_' or '-'; default: a new id.",
     )
     wait_for_engineer: bool = True
+    warm: Literal["off", "auto", "always"] = Field(
+        default="off",
+        description="Start warm from the fleet's other devices' measurements of the job (same "
+        "workload, nearest measured size): the top of their consensus is the start (unless "
+        "`start` is given) and its next configurations, spread apart, the first moves (WARM). "
+        "auto: where this device has no ok run of the job at this size; always: even where it "
+        "has; off: from this device's model only. Default off, or auto with `warm_from`.",
+    )
+    warm_from: list[WorkloadName] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Siblings to start from: device ids (that device's runs of this workload; "
+        "naming any leaves the other devices out) and workloads (their runs on any device: a "
+        "recorded GPU is a workload of its own). A name that is neither a device nor a measured "
+        "workload is refused (422). Implies warm auto.",
+    )
+
+    @model_validator(mode="after")
+    def _warm_from_implies_warm(self) -> StartSessionRequest:
+        if self.warm_from and self.warm == "off":
+            object.__setattr__(self, "warm", "auto")  # frozen: set once, while validating
+        return self
 
 
 class ApprovalVerdict(BaseModel):

@@ -16,6 +16,7 @@ from hpc_ds1.events import (
     MalformedEvent,
     SessionCancelRequested,
     SessionStarted,
+    WarmStart,
     decode,
     envelope,
     new_id,
@@ -26,6 +27,7 @@ from hpc_ds1.machine.hardware import Fingerprint
 from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.requests import StartSessionRequest
 from hpc_ds1.runner import InvalidJob, validate
+from hpc_ds1.setup.warm import WarmError, session_warm
 from hpc_ds1.space import Config, ConfigSpace
 from hpc_ds1.tuning.session import SessionState, evolve
 from hpc_ds1.workloads import UnknownWorkload
@@ -166,8 +168,11 @@ class Coordinator:
 
     async def start(self, request: StartSessionRequest, actor: str) -> dict[str, Any]:
         device_id, space = await self.space_for(request.device_id, request.workload)
+        warm = await self.warm_start(device_id, request, space)
         start_from = "request"
-        if request.start is None:
+        if request.start is None and warm is not None:
+            start, start_from = Config.model_validate(warm.plan[0]), "warm"
+        elif request.start is None:
             start, start_from = await self.recommended_start(
                 device_id, request.workload, request.size, space
             )
@@ -192,6 +197,7 @@ class Coordinator:
             size=request.size,
             start=start.model_dump(),
             wait_for_engineer=request.wait_for_engineer,
+            warm=warm,
         )
         try:
             env = envelope(
@@ -215,9 +221,37 @@ class Coordinator:
             size=request.size,
             start=start.label(),
             start_from=start_from,
+            warm_from=[f"{w.workload}@{w.device_id}" for w in warm.siblings] if warm else None,
             owner=actor,
         )
-        return {"session_id": session_id, "device_id": device_id, "start": start.model_dump()}
+        return {
+            "session_id": session_id,
+            "device_id": device_id,
+            "start": start.model_dump(),
+            "warm": None if warm is None else warm.model_dump(),
+        }
+
+    async def warm_start(
+        self, device_id: str, request: StartSessionRequest, space: ConfigSpace
+    ) -> WarmStart | None:
+        """The session's warm start from the fleet's measurements in the projection
+        (setup.warm.session_warm); None: cold. A `warm_from` name that is neither a device nor a
+        measured workload, or siblings with nothing of this space, are refused (422)."""
+        if request.warm == "off":
+            return None
+        try:
+            return await asyncio.to_thread(
+                session_warm,
+                self.ctx.engine,
+                device_id,
+                request.workload,
+                request.size,
+                space,
+                request.warm,
+                request.warm_from,
+            )
+        except WarmError as error:
+            raise CommandError(422, str(error)) from None
 
     async def resume_unfinished(self) -> int:
         """Rebuild every session from the log; drive on those that had not finished."""

@@ -40,12 +40,14 @@ from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
 from hpc_ds1.tuning.session import (
     MAX_MISSES,
     PICK,
+    WARM,
     SessionState,
     choose_move,
     evolve,
     pick_to_offer,
     replay,
     resolve,
+    warm_to_offer,
 )
 
 log = get_logger("coordinator")
@@ -185,6 +187,10 @@ class SessionRunner:
             await self.finish_two_misses()  # its PICK is spent: nothing to ask the model
             return
         decision = await self.ask_decision(Config.model_validate(s.best_config), s.best_runtime_s)
+        warm = warm_to_offer(s)
+        if warm is not None:
+            await self.propose_warm(decision, warm)
+            return
         picked = choose_move(s, decision["choice"], decision.get("alternatives", {}))
         ending = s.misses >= MAX_MISSES or picked is None or picked[0] == STOP
         if ending:
@@ -276,6 +282,25 @@ class SessionRunner:
         ]
         await self.propose(decision, PICK, float(system1["confidence"]), mode, reasons, target)
 
+    async def propose_warm(self, decision: dict[str, Any], target: dict[str, Any]) -> None:
+        """A warm session's next configuration of the siblings' consensus (tuning.session.WARM),
+        before the model's own moves; judged by the keep rule like any move. Its confidence
+        and mode are the decision's: the familiarity guard still sends a job the model does not
+        know to an engineer."""
+        s = self.state
+        rank = next(
+            i for i, c in enumerate(s.warm_plan) if Config.model_validate(c).model_dump() == target
+        )
+        siblings = ", ".join(s.warm_from) or "the fleet"
+        reasons = [
+            f"warm start: {Config.model_validate(target).label()} is #{rank + 1} of the top of "
+            f"the consensus of {siblings}, spread apart; not yet run here",
+            *decision.get("reasons", []),
+        ]
+        await self.propose(
+            decision, WARM, float(decision["confidence"]), decision["mode"], reasons, target
+        )
+
     async def request_approval(self) -> None:
         """The approval request, then the pause. Both have ids derived from the session, the
         step and the decision, and the request is appended only to an approval that has no
@@ -361,7 +386,7 @@ class SessionRunner:
         s = self.state
         assert s.pending is not None and s.best_config is not None
         current = Config.model_validate(s.best_config)
-        if s.pending.move == PICK and s.pending.target is not None:
+        if s.pending.move in (PICK, WARM) and s.pending.target is not None:
             target: Config | None = Config.model_validate(s.pending.target)
         else:
             target = apply_move(current, s.pending.move, self.space)

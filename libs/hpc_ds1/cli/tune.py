@@ -53,6 +53,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="leave moves that need an engineer for the console/API; print the "
         "session id and return",
     )
+    parser.add_argument(
+        "--warm",
+        nargs="?",
+        const="auto",
+        choices=("auto", "always"),
+        help="start from the fleet's other devices' measurements of the job (same workload, "
+        "nearest measured size): the top of their consensus first, then the model. auto (the "
+        "default with --warm): where this device has not measured the job at this size; "
+        "always: even where it has",
+    )
+    parser.add_argument(
+        "--warm-from",
+        metavar="NAME[,NAME…]",
+        help="start from these devices (their runs of this workload; the others are left out) "
+        "and workloads (their runs on any device: recorded GPUs of the same kernel); implies "
+        "--warm",
+    )
     parser.add_argument("--server", help="coordinator URL (default: this home's, or embedded)")
     parser.add_argument(
         "--token",
@@ -89,6 +106,17 @@ def parse_start(text: str | None) -> dict[str, Any] | None:
     return start
 
 
+def warm_names(text: str | None) -> list[str]:
+    if text is None:
+        return []
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(
+            f"--warm-from {text!r}: give device ids or workload names, comma-separated"
+        )
+    return names
+
+
 def handle(args: argparse.Namespace) -> int:
     settings = load_settings(quiet=True, home=args.home)
     try:
@@ -99,6 +127,8 @@ def handle(args: argparse.Namespace) -> int:
                 "start": parse_start(args.start),
                 "session_id": new_id(),
                 "wait_for_engineer": not args.no_wait,
+                "warm": args.warm or ("auto" if args.warm_from is not None else "off"),
+                "warm_from": warm_names(args.warm_from),
             }
         )
     except ValidationError as error:
@@ -175,7 +205,18 @@ class StepTable:
             self.found["finished"] = data
         if self.as_json:
             return
-        if kind == "step_run":
+        if kind == "started" and data.get("warm"):
+            warm = data["warm"]
+            siblings = ", ".join(
+                f"{w['workload']} on {w['device_id']} ({w['runs']} runs, size {w['size']})"
+                for w in warm["siblings"]
+            )
+            print(
+                f"warm start ({warm['reason']}) from {siblings}: the top "
+                f"{len(warm['plan'])} of their consensus first",
+                flush=True,
+            )
+        elif kind == "step_run":
             config = config_words(data["config"], cpu=False)
             runtime = f"{data['runtime_s']:.4f} s" if data.get("runtime_s") else "-"
             if data["step"] == 0:

@@ -51,3 +51,30 @@ def sibling_runs(
                 (dict(row.config), row.status, row.runtime_s)
             )
     return found
+
+
+def measured_cells(engine: Engine, workloads: list[str]) -> dict[tuple[str, str], set[int]]:
+    """Per (device, workload) of `workloads`, the sizes it has an ok run of: what a warm
+    session (`tune --warm`) can start from, and whether its own device measured the job."""
+    t = tables.measurements
+    query = (
+        select(t.c.device_id, t.c.workload, t.c.size)
+        .where(t.c.workload.in_(workloads), t.c.status == "ok")
+        .distinct()
+    )
+    found: dict[tuple[str, str], set[int]] = {}
+    with engine.connect() as conn:
+        for row in conn.execute(query):
+            found.setdefault((row.device_id, row.workload), set()).add(int(row.size))
+    return found
+
+
+def fleet_names(engine: Engine) -> tuple[set[str], set[str]]:
+    """Every device that joined and every workload any device measured: what `--warm-from`
+    may name."""
+    devices, measurements = tables.devices, tables.measurements
+    with engine.connect() as conn:
+        ids = {r[0] for r in conn.execute(select(devices.c.device_id))}
+        ran = conn.execute(select(measurements.c.device_id, measurements.c.workload).distinct())
+        pairs = [(r[0], r[1]) for r in ran]
+    return ids | {d for d, _ in pairs}, {w for _, w in pairs}

@@ -35,6 +35,8 @@ from .catalog import (
     TokenCreated,
     TokenRevoked,
     TokenUsed,
+    WarmSibling,
+    WarmStart,
 )
 from .codec import MalformedEvent, decode, typed
 
@@ -76,6 +78,8 @@ __all__ = [
     "TokenCreated",
     "TokenRevoked",
     "TokenUsed",
+    "WarmSibling",
+    "WarmStart",
     "decode",
     "envelope",
     "new_id",

@@ -114,6 +114,34 @@ class DecisionMade(Event):
     session_id: str | None = None
 
 
+class WarmSibling(BaseModel):
+    """One sibling a warm session starts from: a device's measurements of a workload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device_id: str
+    workload: str
+    size: int = Field(gt=0, description="The size its runs are of (the nearest measured).")
+    runs: int = Field(ge=0, description="Its runs of this space that the start read.")
+
+
+class WarmStart(BaseModel):
+    """Where a warm session's start and first moves come from (`tune --warm`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    siblings: list[WarmSibling] = Field(
+        description="The devices' (and workloads') measurements the consensus is made of."
+    )
+    plan: list[dict[str, Any]] = Field(
+        description="The top of the siblings' consensus, spread apart: the first is its best "
+        "(the start, unless one was given), the others are run as WARM moves, in order."
+    )
+    reason: Literal["asked", "unmeasured"] = Field(
+        description="asked: --warm always; unmeasured: this device had not measured the job."
+    )
+
+
 class SessionStarted(Event):
     """A tuning session of one job on one device, from a start configuration."""
 
@@ -127,6 +155,11 @@ class SessionStarted(Event):
     size: int = Field(gt=0)
     start: dict[str, Any]
     wait_for_engineer: bool = Field(default=True, description="False: approvals via API only.")
+    warm: WarmStart | None = Field(
+        default=None,
+        description="Started warm from the fleet's other devices: which measurements, and the "
+        "configurations they rate highest. None: a cold start (every session before it).",
+    )
 
 
 class SessionStepRun(Event):
@@ -168,8 +201,8 @@ class SessionMoveDecided(Event):
     config: dict[str, Any] = Field(description="The configuration the move starts from.")
     target: dict[str, Any] | None = Field(
         default=None,
-        description="The configuration a PICK runs (System 1's for the job); None: the move "
-        "applied to `config`.",
+        description="The configuration a PICK runs (System 1's for the job) or a WARM runs (the "
+        "next of a warm start's plan); None: the move applied to `config`.",
     )
 
 

@@ -25,6 +25,12 @@ MAX_MISSES = 2
 # (docs/evaluation.md, sections 13, 15 and 16). "Clearly": predicted at least this much faster.
 PICK = "PICK"
 PICK_MIN_GAIN = 0.05
+# A warm session (`tune --warm`: its device had not measured the job, or it was asked to) runs
+# the top of its siblings' consensus first (SessionStarted.warm.plan): each configuration not
+# yet run, in order, as a move named WARM, judged by the keep rule like any move. The siblings'
+# runs are evidence about the job, not a move the model chose: a WARM that is not kept is not a
+# miss (as the warm start of `tuning.search.tune` explores its prior runs).
+WARM = "WARM"
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -65,6 +71,8 @@ class SessionState:
     tried: frozenset[tuple[str, str]] = frozenset()  # (config key, move) already proposed
     ran: frozenset[str] = frozenset()  # config keys of every run of the session
     picked: bool = False  # a PICK was proposed (once a session)
+    warm_plan: tuple[dict[str, Any], ...] = ()  # a warm start's configurations (WARM moves)
+    warm_from: tuple[str, ...] = ()  # its siblings, "workload@device"
     pending: PendingMove | None = None
     awaiting: str | None = None  # approval id while paused
     finish_reason: str | None = None
@@ -93,6 +101,10 @@ def evolve(state: SessionState, seq: int, event: Event) -> SessionState:
             size=event.size,
             start=event.start,
             status="running",
+            warm_plan=tuple(event.warm.plan) if event.warm else (),
+            warm_from=tuple(f"{w.workload}@{w.device_id}" for w in event.warm.siblings)
+            if event.warm
+            else (),
         )
     if isinstance(event, SessionStepRun):
         runs = state.runs + 1
@@ -236,14 +248,16 @@ def resolve(state: SessionState, rule: KeepRule = DEFAULT_RULE) -> Resolution:
     incumbent = known + _samples(inc_runs)
     candidate = _samples([run, *cand_runs])
     if run.status != "ok" or not candidate or not incumbent:
-        return Resolution(False, state.misses + 1, None, run.runtime_s, None)
+        missed = 0 if pending.move == WARM else 1
+        return Resolution(False, state.misses + missed, None, run.runtime_s, None)
     verdict = judge(incumbent, candidate, len(cand_runs), rule, state.race_pairs)
     runtime = geometric_mean(candidate)
     if verdict.outcome == "race":
         return Resolution(False, state.misses, "incumbent", runtime, verdict)
     if verdict.kept or keeps_a_tied_pick(pending, verdict):
         return Resolution(True, 0, None, runtime, verdict)
-    return Resolution(False, state.misses + (1 if verdict.miss else 0), None, runtime, verdict)
+    missed = verdict.miss and pending.move != WARM  # a sibling's best is not the model's miss
+    return Resolution(False, state.misses + (1 if missed else 0), None, runtime, verdict)
 
 
 def keeps_a_tied_pick(pending: PendingMove, verdict: Verdict) -> bool:
@@ -274,6 +288,19 @@ def pick_to_offer(
         if here is None or there is None or here < (1.0 + min_gain) * there:
             return None
     return pick.model_dump()
+
+
+def warm_to_offer(state: SessionState) -> dict[str, Any] | None:
+    """The configuration a WARM move would run next: the first of the warm start's plan that
+    the session has not run (None: a cold session, or its plan is spent). Through Config: a
+    dump with or without defaulted fields is the same configuration."""
+    if state.best_config is None:
+        return None
+    for planned in state.warm_plan:
+        config = Config.model_validate(planned).model_dump()
+        if config_key(config) not in state.ran:
+            return config
+    return None
 
 
 def choose_move(
