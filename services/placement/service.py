@@ -34,6 +34,7 @@ from hpc_ds1.events import (
     typed,
 )
 from hpc_ds1.fleet import liveness
+from hpc_ds1.fleet.finishes import FinishIndex
 from hpc_ds1.fleet.placement import (
     DeviceView,
     Estimate,
@@ -42,7 +43,6 @@ from hpc_ds1.fleet.placement import (
     TaskSpec,
     TaskView,
     Waiting,
-    place,
 )
 from hpc_ds1.fleet.work import WorkItem, enqueue, ensure_work_stream
 from hpc_ds1.log import get_logger
@@ -64,6 +64,7 @@ class PlacementService:
         self.settings = ctx.settings
         self.bus = ctx.bus
         self.state = FleetState()
+        self.index = FinishIndex(self.state)  # placement without a pass over every device
         self.wake = asyncio.Event()
         self.pending: set[str] = set()
         self.retry_waiting = False
@@ -218,9 +219,8 @@ class PlacementService:
             device = self.state.devices.get(device_id)
             if device is None or beat.running is None or beat.running_for_s is None:
                 continue
-            load = device.running.get(beat.running)
-            if load is not None:  # the device's own count of how long it has run
-                load.started_at = beat.time - beat.running_for_s
+            # the device's own count of how long it has run
+            self.state.running_since(device_id, beat.running, beat.time - beat.running_for_s)
         if came:
             log.info("devices_online", devices=sorted(came))
             self.retry_waiting = True
@@ -297,7 +297,7 @@ class PlacementService:
             if device.model_version != version:
                 continue  # a newer model came meanwhile
             if isinstance(estimate, Estimate):
-                device.set_prediction(task.workload, task.size, estimate)
+                self.state.set_prediction(device.device_id, task.workload, task.size, estimate)
             else:
                 self._predict_failed.add((str(version), *key))
                 log.warning(
@@ -362,7 +362,7 @@ class PlacementService:
         task = self.state.tasks.get(task_id)
         if task is None or not task.needs_placement:
             return None
-        result = place(task.spec, self.state.devices.values(), time.time(), task.failed_on)
+        result = self.index.place(task.spec, time.time(), task.failed_on)
         if isinstance(result, Waiting):
             if task.status == "waiting" and task.waiting_for == result.reason:
                 return result  # said already
@@ -455,9 +455,7 @@ class PlacementService:
                 raise ValueError(f"size must be a positive integer, not {size}")
             spec = TaskView("estimate", workload, size)
             await self.ensure_predictions(spec)
-            result = place(
-                TaskSpec("estimate", workload, size), self.state.devices.values(), time.time()
-            )
+            result = self.index.place(TaskSpec("estimate", workload, size), time.time())
             if isinstance(result, Waiting):
                 reply: dict[str, Any] = {"ok": True, "waiting_for": result.reason}
             else:

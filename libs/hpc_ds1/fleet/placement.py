@@ -57,6 +57,7 @@ MAX_CANDIDATES = 16  # of a TaskPlaced event: the best ones (a fleet of 10,000 w
 FLEET_SPREAD = 0.1
 PREDICTION_CACHE = 4096  # (workload, size) predictions kept per device and model
 NAMED = 4  # devices named in a waiting reason, per cause
+DRIFT_S = 0.05  # a heartbeat's count of a running task's start may move this much unindexed
 
 
 # --- what placement knows of a device ----------------------------------------------------
@@ -80,6 +81,14 @@ class Running:
 
     expected_s: float
     started_at: float
+    # started_at as placement's index of finishes last took it (FleetState.running_since): it
+    # counts the task from DRIFT_S before this, and is told when the device's own count moves
+    # half that earlier, or a second later
+    indexed_at: float = math.nan
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.indexed_at):
+            self.indexed_at = self.started_at
 
 
 @dataclass(slots=True)
@@ -369,6 +378,26 @@ def _verified_best(
     return best
 
 
+def _score(
+    device: DeviceView,
+    key: tuple[str, int],
+    est: Estimate,
+    queue: float,
+    spread: float,
+    floor: float,
+    verified: tuple[float, str] | None,
+) -> Scored:
+    """One eligible device's entry for a task: (rejected, finish, id, queue, estimate, runtime
+    counted, verified, why counted higher), its claim counted no faster than `floor` (the
+    verified best less the spread) while unverified."""
+    counted, sure, why = _own(device, est, key, spread)
+    if not sure and counted < floor:
+        assert verified is not None
+        counted = floor
+        why = f"{verified[1]}'s verified best {seconds(verified[0])} less {_spread(spread)}"
+    return (not est.accepted, queue + counted, device.device_id, queue, est, counted, sure, why)
+
+
 def place(
     task: TaskSpec,
     devices: Iterable[DeviceView],
@@ -378,7 +407,11 @@ def place(
 ) -> Placement | Waiting:
     """The device expected to finish `task` first, with why; or what the task waits for.
     `excluded`: devices the task already failed on; `spread`: how far an unverified estimate
-    may beat the verified best."""
+    may beat the verified best.
+
+    One pass over every device (and one more for the verified best): the reference rule. The
+    placement service asks `hpc_ds1.fleet.finishes.FinishIndex`, which keeps the devices in
+    order of expected finish and makes exactly these choices without passing over them all."""
     key = (task.workload, task.size)
     if not isinstance(devices, Collection):
         devices = list(devices)
@@ -415,21 +448,15 @@ def place(
             if est is None:
                 unknown.append((queue, did, device))
                 continue
-            counted, sure, why = _own(device, est, key, spread)
-            if not sure and counted < floor:
-                assert verified is not None
-                counted = floor
-                why = f"{verified[1]}'s verified best {seconds(verified[0])} less {_spread(spread)}"
-            finish = queue + counted
-            rejected = not est.accepted
+            entry = _score(device, key, est, queue, spread, floor, verified)
+            rejected, finish = entry[0], entry[1]
             if rejected and (faster is None or (finish, did) < faster[1:3]):
-                faster = (rejected, finish, did, queue, est, counted, sure, why)
+                faster = entry
             full = len(heap) >= MAX_CANDIDATES
             if full and (
                 rejected > edge_rejected or (rejected == edge_rejected and finish > edge_finish)
             ):
                 continue  # neither a candidate nor the best
-            entry = (rejected, finish, did, queue, est, counted, sure, why)
             if best is None or entry[:3] < best[:3]:
                 best = entry
             item = (-rejected, -finish, _Desc(did), entry)
@@ -445,6 +472,16 @@ def place(
     if best is None:
         return _place_unknown(task, unknown)
     top = sorted((item[3] for item in heap), key=lambda e: e[:3])
+    return compose(task, top, faster, unknown[0][1] if unknown else None)
+
+
+def compose(
+    task: TaskSpec, top: list[Scored], faster: Scored | None, unknown: str | None
+) -> Placement:
+    """The placement of `task` on the first of `top` (the best MAX_CANDIDATES entries by
+    (rejected, finish, id), at least one), with its reason and candidates; `faster`: the
+    earliest guard-rejected entry, `unknown`: the first eligible device with no estimate."""
+    best = top[0]
     rejected, finish, did, queue, est, counted, sure, why = best
     second = top[1] if len(top) > 1 else None
     head = (
@@ -479,8 +516,8 @@ def place(
             tail += f" ({'' if second[6] else 'unverified, '}{claimed}, counted higher)"
         elif second[4].basis != est.basis:
             tail += f" ({second[4].basis})"
-    elif unknown:
-        tail = f"next {unknown[0][1]} (no measurement or model of the job)"
+    elif unknown is not None:
+        tail = f"next {unknown} (no measurement or model of the job)"
     else:
         tail = "no other device can take it"
     reason = "; ".join([head, *notes, tail])
@@ -577,6 +614,15 @@ class FleetState:
     devices: dict[str, DeviceView] = field(default_factory=dict)
     tasks: dict[str, TaskView] = field(default_factory=dict)  # not finished or failed yet
     ended: set[str] = field(default_factory=set)  # finished or failed: only their ids are kept
+    # One set per watcher (hpc_ds1.fleet.finishes.FinishIndex): the devices changed since it
+    # last looked. Change a DeviceView through this class (apply, set_liveness,
+    # set_prediction, running_since) or call touch, or a watcher's order goes stale.
+    watchers: list[set[str]] = field(default_factory=list)
+
+    def touch(self, device_id: str) -> None:
+        """The device changed: its queue, status, estimates or runs."""
+        for changed in self.watchers:
+            changed.add(device_id)
 
     def device(self, device_id: str) -> DeviceView:
         found = self.devices.get(device_id)
@@ -602,6 +648,18 @@ class FleetState:
         """Fold one event (stream sequence `seq`, envelope time `at` in unix seconds). A task
         event at or before the task's last folded sequence is skipped, so an event placement
         folded when it published it is not folded twice when it comes back."""
+        if not self.watchers:
+            return self._apply(seq, event, at)
+        device_id = getattr(event, "device_id", None)
+        task = self.tasks.get(getattr(event, "task_id", None) or "")
+        before = task.device_id if task is not None else None
+        change = self._apply(seq, event, at)
+        for did in (device_id, before, task.device_id if task is not None else None):
+            if did is not None:
+                self.touch(did)
+        return change
+
+    def _apply(self, seq: int, event: Event, at: float) -> Change:
         if isinstance(event, MeasurementRecorded):
             return self._measurement(event)
         if isinstance(event, DeviceRegistered):
@@ -739,5 +797,22 @@ class FleetState:
             now_online = bool(online.get(did, False))
             if now_online and not d.online:
                 came.append(did)
-            d.online = now_online
+            if now_online != d.online:
+                d.online = now_online
+                self.touch(did)
         return came
+
+    def set_prediction(self, device_id: str, workload: str, size: int, estimate: Estimate) -> None:
+        """The device's own model's estimate of the job (DeviceView.set_prediction)."""
+        self.device(device_id).set_prediction(workload, size, estimate)
+        self.touch(device_id)
+
+    def running_since(self, device_id: str, task_id: str, started_at: float) -> None:
+        """When the device's running task started, by the device's own count (a heartbeat)."""
+        load = self.device(device_id).running.get(task_id)
+        if load is None:
+            return
+        load.started_at = started_at
+        if not load.indexed_at - DRIFT_S / 2 <= started_at <= load.indexed_at + 1.0:
+            load.indexed_at = started_at
+            self.touch(device_id)
