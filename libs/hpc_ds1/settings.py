@@ -275,6 +275,12 @@ class Settings(BaseSettings):
         description="The callback URL registered at the provider; unset: this gateway's URL "
         "as the browser reached it + /auth/oidc/callback.",
     )
+    oidc_post_logout_redirect_url: str | None = Field(
+        default=None,
+        description="Where the provider sends the browser back after its sign-out (the "
+        "console's sign-in page; register it at the provider as a post_logout_redirect_uri); "
+        "unset: this gateway's URL as the browser reached it + /.",
+    )
 
     # Issue 45, TLS by default off loopback (hpc_ds1/infra/tls.py, docs/tls.md).
     tls: Literal["auto", "off"] = Field(
@@ -311,7 +317,7 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r}: use letters, digits, '_' or '-' only")
         return value
 
-    @field_validator("oidc_issuer", "oidc_redirect_url")
+    @field_validator("oidc_issuer", "oidc_redirect_url", "oidc_post_logout_redirect_url")
     @classmethod
     def _oidc_url(cls, value: str | None) -> str | None:
         # https, or http on this machine only (a provider run by the tests, a tunnel): the

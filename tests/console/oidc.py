@@ -1,5 +1,6 @@
 """A real OpenID provider for the sign-in tests (issue 45): the npm `oidc-provider` (certified),
-run by node from tests/console/js/oidc_provider.mjs with one static client and three users:
+run by node from tests/console/js/oidc_provider.mjs with one static client (its redirect URIs and
+post-logout redirect URIs: RP-Initiated Logout is on) and three users:
 
 - erin (password erin-pw): groups hpc-engineers and staff -> engineer
 - ada (password ada-pw): group hpc-admins -> admin
@@ -80,6 +81,9 @@ def signing_key(kid: str) -> dict[str, Any]:
     """A fresh RSA private JWK named `kid`, for the provider to sign ID tokens with."""
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwk: dict[str, Any] = json.loads(RSAAlgorithm.to_jwk(private))
+    # No key_ops: PyJWT writes ["sign"], which the provider then publishes, and its own check of
+    # an id_token_hint (RP-Initiated Logout) will not verify with a key only for signing.
+    jwk.pop("key_ops", None)
     return {**jwk, "kid": kid, "alg": "RS256", "use": "sig"}
 
 
@@ -92,6 +96,8 @@ class OidcProvider:
     port: int = field(default_factory=free_port)
     client_secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     proc: subprocess.Popen[bytes] | None = None
+    # Where the provider may send the browser back after its sign-out (the console's sign-in page).
+    post_logout_redirect_uris: list[str] = field(default_factory=list)
 
     @property
     def issuer(self) -> str:
@@ -119,6 +125,7 @@ class OidcProvider:
                     "client_id": CLIENT_ID,
                     "client_secret": self.client_secret,
                     "redirect_uris": self.redirect_uris,
+                    "post_logout_redirect_uris": self.post_logout_redirect_uris,
                     "keys": self.keys,
                     "cookie_key": secrets.token_urlsafe(24),
                     "accounts": ACCOUNTS,

@@ -3,8 +3,10 @@ console's server (`hpc-ds1 service gateway` on the same NATS, Postgres and strea
 in at a real OpenID provider (npm oidc-provider, tests/console/oidc.py) on another site
 (`localhost`, the console at 127.0.0.1). Erin signs in there, gets the engineer role from her
 `groups` claim, approves a waiting move (recorded under her name and her identity at the
-provider), signs out (the old cookie is refused), signs in again and, left idle past the
-replica's short HPC_DS1_CONSOLE_IDLE_S, is refused."""
+provider), signs out (the old cookie is refused) and is sent on to the provider's sign-out
+(RP-Initiated Logout: her ID token as id_token_hint), which sends her back to the console's
+sign-in page; her next sign-in asks for the provider's login again. Left idle past the
+replica's short HPC_DS1_CONSOLE_IDLE_S, her new session is refused."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
+import jwt
 import pytest
 
 from hpc_ds1.infra.ports import free_port
@@ -25,7 +29,7 @@ from hpc_ds1.workloads import get_workload
 from tests.support.commands import HPC_DS1, cli_env
 from tests.support.waiting import wait_for
 
-from .oidc import ACCOUNTS, OidcProvider, node_modules, signing_key
+from .oidc import ACCOUNTS, CLIENT_ID, OidcProvider, node_modules, signing_key
 from .served import WORKLOAD, Console
 
 IDLE_S = 4  # the replica's HPC_DS1_CONSOLE_IDLE_S: short, so the test waits seconds
@@ -45,7 +49,11 @@ def replica(console: Console, tmp_path_factory: pytest.TempPathFactory) -> Itera
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     provider = OidcProvider(
-        modules, scratch, [f"{base}/auth/oidc/callback"], [signing_key("k1")]
+        modules,
+        scratch,
+        [f"{base}/auth/oidc/callback"],
+        [signing_key("k1")],
+        post_logout_redirect_uris=[f"{base}/"],
     ).start()
     env = {
         **cli_env(console.settings),
@@ -100,7 +108,7 @@ def _waiting_approval(console: Console) -> dict[str, Any]:
     return found
 
 
-def test_sign_in_at_the_provider_approve_sign_out_and_idle_expiry(
+def test_sign_in_at_the_provider_approve_sign_out_there_too_and_idle_expiry(
     browser: Any, console: Console, replica: Any
 ) -> None:
     provider, base = replica
@@ -146,17 +154,38 @@ def test_sign_in_at_the_provider_approve_sign_out_and_idle_expiry(
         assert event["actor"] == "erin" and event["data"]["role"] == "engineer"
         assert event["data"]["identity"] == f"{provider.issuer}#erin"
 
-        # Sign-out ends the session on the server: the old cookie is refused afterwards.
+        # Sign-out ends the session on the server, then goes on to the provider's sign-out
+        # (RP-Initiated Logout) with her ID token, the client, where to come back and a state.
         page.click("#signout")
-        page.wait_for_selector("text=Signed out.", timeout=READY_MS)
-        assert page.locator("#facility").count() == 0
+        page.wait_for_selector("#logout-yes", timeout=READY_MS)
+        asked = urlsplit(page.url)
+        assert f"{asked.scheme}://{asked.netloc}" == provider.issuer, page.url
+        query = dict(parse_qsl(asked.query))
+        assert query["client_id"] == CLIENT_ID and query["post_logout_redirect_uri"] == base + "/"
+        assert len(query["state"]) >= 32
+        hint = jwt.decode(query["id_token_hint"], options={"verify_signature": False})
+        assert hint["sub"] == "erin" and hint["aud"] == CLIENT_ID, hint
         replayed = httpx.get(
             f"{base}/v1/whoami", cookies={"hpc_ds1_session": session["value"]}, timeout=30
         )
         assert replayed.status_code == 401 and "signed out" in replayed.json()["error"]
+        assert "hpc_ds1_session" not in {c["name"] for c in context.cookies(base)}
 
-        # Signed in again (the provider remembers her), then idle past IDLE_S: refused.
+        # She confirms at the provider and lands back on the console's sign-in page.
+        page.click("#logout-yes")
+        page.wait_for_selector("text=Signed out.", timeout=READY_MS)
+        assert page.url.startswith(base + "/?state="), page.url
+        assert page.locator("#facility").count() == 0
+        assert "hpc_ds1_signout" not in {c["name"] for c in context.cookies(base)}
+
+        # The provider's session ended too: the next sign-in asks for her login again. Then,
+        # idle past IDLE_S, that session is refused.
         page.get_by_role("link", name=re.compile("Sign in with localhost")).click()
+        page.wait_for_selector("#login", timeout=READY_MS)
+        assert page.url.startswith(provider.issuer), page.url
+        page.fill("#login", "erin")
+        page.fill("#password", ACCOUNTS["erin"]["password"])
+        page.click("#submit")
         page.wait_for_selector("body[data-ready='true']", timeout=READY_MS)
         assert "erin" in page.inner_text("#whoami")
         page.close()  # an open console refreshes itself; a closed one is idle

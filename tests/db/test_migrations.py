@@ -20,7 +20,7 @@ def test_migrations_go_down_and_up_again(engine: Engine) -> None:
     command.downgrade(config, "base")
     assert "events" not in inspect(engine).get_table_names()
     command.upgrade(config, "head")
-    assert current(engine) == "0008"
+    assert current(engine) == "0009"
     assert {"sessions", "approvals", "tokens", "evaluations", "tasks"} <= set(
         inspect(engine).get_table_names()
     )

@@ -284,6 +284,10 @@ console_sessions = Table(
     Column("last_seen_at", DateTime(timezone=True), nullable=False),
     Column("ended_at", DateTime(timezone=True), nullable=True, index=True),
     Column("ended_why", Text, nullable=True),
+    # The ID token of a sign-in at the OpenID provider, for the provider's sign-out
+    # (id_token_hint): sealed (AES-GCM) with a key derived from the cookie's secret, which only
+    # the browser holds, so a database dump cannot read it; cleared when the session ends.
+    Column("id_token_sealed", Text, nullable=True),
 )
 
 # A sign-in at the OpenID provider under way: what the callback needs (PKCE verifier, nonce),

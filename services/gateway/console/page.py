@@ -9,7 +9,9 @@ same page).
   one-time login token or a person's own API token, traded for a console session of its own
   (edge/signins.py); the browser never keeps the token.
 - `POST /signout`: ends the browser's session on the server (every replica) and forgets its
-  cookie; a signed-out session is refused from then on.
+  cookie; a signed-out session is refused from then on. A session opened at the site's OpenID
+  provider goes on to the provider's sign-out when it offers one (RP-Initiated Logout: oidc.py),
+  which sends the browser back to `/?state=...`, the sign-in page.
 - `GET /static/...`: the stylesheet, the shared client, the sections' modules, vendored files.
   No credential needed: they hold no data.
 - `GET /v1/stream` (viewer): Server-Sent Events, one per new event of the log,
@@ -68,6 +70,7 @@ from ..edge.auth import (
     verify,
 )
 from ..edge.middleware import CONSOLE_CSP
+from ..edge.oidc import OidcClient
 from ..schemas import ERRORS_401_403
 
 log = get_logger("gateway.console")
@@ -412,15 +415,30 @@ def install_console(
             return f"A {principal.role} token cannot open the console: use a person's token."
         return principal
 
+    def provider() -> OidcClient | None:
+        client = getattr(app.state, "oidc", None)
+        return client if isinstance(client, OidcClient) else None
+
     @app.get("/", include_in_schema=False, response_model=None)
     async def console(
-        request: Request, token: str | None = None, signed_out: str | None = None
+        request: Request,
+        token: str | None = None,
+        signed_out: str | None = None,
+        state: str | None = None,
     ) -> Response:
         if token is not None:
             return await login_exchange(request, token)
         who = await signed_in(request)
         if who is None:
-            return signin_page(request, notice="Signed out." if signed_out else None)
+            # Back from the provider's sign-out (its post_logout_redirect_uri) with our state.
+            oidc = provider() if state else None
+            back = (
+                oidc is not None and state is not None and oidc.back_from_sign_out(request, state)
+            )
+            page = signin_page(request, notice="Signed out." if signed_out or back else None)
+            if oidc is not None:
+                oidc.forget_sign_out(request, page)
+            return page
         if isinstance(who, str):
             return signin_page(request, who, status=401, forget=SESSION_COOKIE in request.cookies)
         return await render_console(request, who)
@@ -475,15 +493,23 @@ def install_console(
         if not same_origin(request):
             return signin_page(request, "Sign out from the console's page.", status=403)
         secret = request.cookies.get(SESSION_COOKIE)
-        ended = await asyncio.to_thread(sessions_of(request).end, secret) if secret else None
+        ended = await asyncio.to_thread(sessions_of(request).sign_out, secret) if secret else None
+        response: Response | None = None
         if ended is not None:
+            session, id_token = ended
+            oidc = provider()
+            # Signed in at the provider: on to its sign-out too (when it offers one).
+            if session.via == "oidc" and id_token and oidc is not None:
+                response = await oidc.sign_out(request, id_token)
             log.info(
                 "console_signed_out",
-                who=ended.name,
-                session_id=ended.session_id,
-                identity=ended.identity,
+                who=session.name,
+                session_id=session.session_id,
+                identity=session.identity,
+                at_provider=response is not None,
             )
-        response = RedirectResponse("/?signed_out=1", status_code=303)
+        if response is None:
+            response = RedirectResponse("/?signed_out=1", status_code=303)
         forget_session_cookie(request, response)
         return response
 

@@ -145,15 +145,24 @@ async def open_session(
     via: Via,
     token_id: str | None = None,
     identity: str | None = None,
+    id_token: str | None = None,
 ) -> Session:
     """A new console session for this browser (its cookie set on `response`). A session the
-    browser held before ends now: one browser, one session, and no id lives on unseen."""
+    browser held before ends now: one browser, one session, and no id lives on unseen.
+    `id_token`: a sign-in at the OpenID provider's ID token, kept sealed for its sign-out
+    (never logged)."""
     store = sessions_of(request)
     previous = request.cookies.get(SESSION_COOKIE)
     if previous:
         await asyncio.to_thread(store.end, previous, "replaced")
     secret, session = await asyncio.to_thread(
-        store.open, name=name, role=role, via=via, token_id=token_id, identity=identity
+        store.open,
+        name=name,
+        role=role,
+        via=via,
+        token_id=token_id,
+        identity=identity,
+        id_token=id_token,
     )
     set_session_cookie(request, response, secret)
     log.info(

@@ -15,7 +15,15 @@ With HPC_DS1_OIDC_ISSUER, HPC_DS1_OIDC_CLIENT_ID and HPC_DS1_OIDC_CLIENT_SECRET 
   token and the userinfo endpoint (same `sub` required); HPC_DS1_OIDC_ROLE_CLAIM's value(s)
   map to a role through HPC_DS1_OIDC_ROLES (the highest wins), else HPC_DS1_OIDC_DEFAULT_ROLE,
   else the person is refused. The console session opened then records who the person is at
-  the provider (`<issuer>#<sub>`): approvals made in it carry it.
+  the provider (`<issuer>#<sub>`): approvals made in it carry it, and it keeps the ID token,
+  sealed with the cookie's secret (signins.py), for the sign-out.
+- `POST /signout` (console/page.py) of a session opened here, when the provider's discovery
+  document names an `end_session_endpoint` (OpenID Connect RP-Initiated Logout 1.0): the
+  console's session ends, then the browser goes on to the provider's end_session_endpoint with
+  `id_token_hint` (that sign-in's ID token: the only URL an ID token is ever put in),
+  `client_id`, `post_logout_redirect_uri` (the console's sign-in page, registered at the
+  provider: HPC_DS1_OIDC_POST_LOGOUT_REDIRECT_URL) and a `state`, which a short cookie of this
+  browser holds too; the sign-in page it comes back to says "Signed out." when they match.
 
 JWT verification is PyJWT's (with `cryptography`): a well-kept library that checks the
 signature, `exp`, `iat`, `iss` and `aud` for us; the flow around it is a few HTTP calls, kept
@@ -30,8 +38,9 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any, Final
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 import jwt
@@ -52,6 +61,7 @@ log = get_logger("gateway.oidc")
 LOGIN_PATH: Final = "/auth/oidc/login"
 CALLBACK_PATH: Final = "/auth/oidc/callback"
 STATE_COOKIE: Final = "hpc_ds1_oidc"
+SIGNOUT_COOKIE: Final = "hpc_ds1_signout"  # the provider's sign-out under way: its state
 LOGIN_TTL_S: Final = 600  # a sign-in started must come back within this
 METADATA_TTL_S: Final = 3600.0  # the discovery document is read again after this
 JWKS_REFETCH_S: Final = 10.0  # an unknown `kid` fetches the keys again at most this often
@@ -202,6 +212,38 @@ def _take(engine: Engine, state: str) -> tuple[str, str] | None:
     return None if row is None else (row.verifier, row.nonce)
 
 
+def logout_url(
+    endpoint: str, *, id_token: str, client_id: str, post_logout_redirect_uri: str, state: str
+) -> str:
+    """The provider's sign-out request (OpenID Connect RP-Initiated Logout 1.0, section 2): its
+    end_session_endpoint with id_token_hint, client_id, post_logout_redirect_uri and state, the
+    endpoint's own query kept."""
+    query = urlencode(
+        {
+            "id_token_hint": id_token,
+            "client_id": client_id,
+            "post_logout_redirect_uri": post_logout_redirect_uri,
+            "state": state,
+        }
+    )
+    return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
+
+
+def end_session_endpoint(metadata: dict[str, Any]) -> str | None:
+    """The discovery document's end_session_endpoint when it names one the browser may be sent
+    to with an ID token (https, or http on this machine, no fragment); else None."""
+    endpoint = metadata.get("end_session_endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        return None
+    parts = urlsplit(endpoint)
+    loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
+    if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+        return None
+    if not parts.hostname or parts.fragment:
+        return None
+    return endpoint
+
+
 def role_of(settings: Settings, claims: dict[str, Any]) -> str | None:
     """The highest role the person's HPC_DS1_OIDC_ROLE_CLAIM values map to, else the default
     role (None: refused). A claim may be one string or a list of them."""
@@ -240,6 +282,65 @@ class OidcClient:
     def redirect_uri(self, request: Request) -> str:
         return self.settings.oidc_redirect_url or str(request.base_url).rstrip("/") + CALLBACK_PATH
 
+    def post_logout_redirect_uri(self, request: Request) -> str:
+        """The console's sign-in page, where the provider sends the browser after its sign-out."""
+        return (
+            self.settings.oidc_post_logout_redirect_url or str(request.base_url).rstrip("/") + "/"
+        )
+
+    async def sign_out(self, request: Request, id_token: str) -> Response | None:
+        """The browser's way on to the provider's sign-out (the console's session has ended):
+        a page of this origin that moves it to the end_session_endpoint (a redirect of the
+        sign-out form's POST would be refused by the console page's CSP form-action 'self'),
+        with the state's cookie set. None when the provider offers no sign-out (or did not
+        answer): the console's sign-out alone, as for a token's session."""
+        try:
+            metadata = await self.provider.discover()
+        except SignInError as error:
+            log.warning("oidc_sign_out_not_at_provider", problem=str(error))
+            return None
+        endpoint = end_session_endpoint(metadata)
+        if endpoint is None:
+            return None
+        state = secrets.token_urlsafe(32)
+        url = logout_url(
+            endpoint,
+            id_token=id_token,
+            client_id=self.client_id,
+            post_logout_redirect_uri=self.post_logout_redirect_uri(request),
+            state=state,
+        )
+        shown = escape(url, quote=True)
+        response = HTMLResponse(
+            _SIGN_OUT_ONWARD.format(url=shown, provider=escape(urlsplit(endpoint).netloc)),
+            headers={"Cache-Control": "no-store"},  # it holds the ID token
+        )
+        response.set_cookie(
+            SIGNOUT_COOKIE,
+            state,
+            max_age=LOGIN_TTL_S,
+            httponly=True,
+            samesite="lax",  # sent on the provider's redirect back (a top-level GET)
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        return response
+
+    def back_from_sign_out(self, request: Request, state: str) -> bool:
+        """Whether the provider sent back the state of a sign-out this browser started."""
+        cookie = request.cookies.get(SIGNOUT_COOKIE) or ""
+        return bool(cookie) and hmac.compare_digest(cookie.encode(), state.encode())
+
+    @staticmethod
+    def forget_sign_out(request: Request, response: Response) -> None:
+        response.delete_cookie(
+            SIGNOUT_COOKIE,
+            path="/",
+            httponly=True,
+            samesite="lax",
+            secure=request.url.scheme == "https",
+        )
+
     async def start(self, request: Request) -> Response:
         metadata = await self.provider.discover()
         state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
@@ -276,8 +377,9 @@ class OidcClient:
         )
         return response
 
-    async def finish(self, request: Request, code: str, state: str) -> dict[str, Any]:
-        """The verified claims of the person the provider signed in."""
+    async def finish(self, request: Request, code: str, state: str) -> tuple[dict[str, Any], str]:
+        """The verified claims of the person the provider signed in, and the ID token (kept,
+        sealed, for the provider's sign-out; never logged)."""
         cookie = request.cookies.get(STATE_COOKIE) or ""
         if not cookie or not hmac.compare_digest(cookie.encode(), state.encode()):
             raise SignInError(
@@ -301,7 +403,7 @@ class OidcClient:
             if more.get("sub") != claims["sub"]:
                 raise SignInError("the provider's userinfo names someone else (sub)", 401)
             claims = {**more, **claims}  # the signed ID token's claims win
-        return claims
+        return claims, id_token
 
     async def _token(
         self, request: Request, metadata: dict[str, Any], code: str, verifier: str
@@ -408,6 +510,15 @@ _ONWARD = """<!doctype html>
 <body><p>Signed in. <a href="/">Open the console</a>.</p></body></html>
 """
 
+# After the console's sign-out, on to the provider's: a page, not a redirect of the form's POST
+# (the console page's CSP has form-action 'self', which browsers apply to a form's redirects).
+_SIGN_OUT_ONWARD = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="0; url={url}">
+<title>Signing out · HPC-DS1</title></head>
+<body><p>Signed out of the console. <a id="signout-provider" href="{url}">Sign out at
+{provider} too</a>.</p></body></html>
+"""
+
 
 def install_oidc(app: FastAPI, settings: Settings, engine: Engine) -> OidcClient | None:
     """GET /auth/oidc/login and /auth/oidc/callback, when HPC_DS1_OIDC_ISSUER is set."""
@@ -446,7 +557,7 @@ def install_oidc(app: FastAPI, settings: Settings, engine: Engine) -> OidcClient
         if not code or not state:
             return refused(request, "the provider's answer has no code or state", 400)
         try:
-            claims = await client.finish(request, code, state)
+            claims, id_token = await client.finish(request, code, state)
             name = name_of(settings, claims)
             role = role_of(settings, claims)
             if role is None:
@@ -467,6 +578,7 @@ def install_oidc(app: FastAPI, settings: Settings, engine: Engine) -> OidcClient
             role=role,
             via="oidc",
             identity=f"{settings.oidc_issuer}#{claims['sub']}",
+            id_token=id_token,
         )
         response.delete_cookie(STATE_COOKIE, path="/auth/oidc")
         return response

@@ -15,12 +15,19 @@ A session ends
 
 Every check and its extension are one statement (`UPDATE ... WHERE <alive> RETURNING`) on the
 database's clock: a session found over is never extended, and is marked ended with why, so it
-stays refused. Blocking (DB): call in a thread."""
+stays refused. Blocking (DB): call in a thread.
+
+A session opened by a sign-in at the OpenID provider keeps that sign-in's ID token, for the
+provider's sign-out (its `id_token_hint`, oidc.py): sealed with AES-GCM under a key derived
+from the cookie's secret (which Postgres never holds), bound to the session's id, and cleared
+the moment the session ends. A database dump reads no ID token, as it opens no session."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import hmac
 import re
 import secrets
 import time
@@ -28,6 +35,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import Engine, delete, func, insert, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -47,6 +56,40 @@ KEEP_ENDED_S: Final = 86400.0
 
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+# --- the ID token, sealed with the cookie's secret ---------------------------------------------
+
+_SEAL_LABEL: Final = b"hpc-ds1 console session: id_token v1"
+_SEAL_PREFIX: Final = "v1."
+
+
+def _seal_key(secret: str) -> bytes:
+    # Not the stored SHA-256 of the secret: another function of it, which the row never holds.
+    return hmac.new(secret.encode("ascii"), _SEAL_LABEL, hashlib.sha256).digest()
+
+
+def seal_id_token(secret: str, session_id: str, id_token: str) -> str:
+    """`id_token` encrypted for this session only (AES-256-GCM, the session's id as associated
+    data): readable again with the cookie's secret alone."""
+    nonce = secrets.token_bytes(12)
+    sealed = AESGCM(_seal_key(secret)).encrypt(
+        nonce, id_token.encode("utf-8"), session_id.encode("ascii")
+    )
+    return _SEAL_PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
+
+
+def unseal_id_token(secret: str, session_id: str, sealed: str | None) -> str | None:
+    """The ID token `seal_id_token` sealed; None when there is none or it does not open (another
+    session's, tampered with, an unknown format)."""
+    if not sealed or not sealed.startswith(_SEAL_PREFIX):
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(sealed[len(_SEAL_PREFIX) :].encode("ascii"))
+        opened = AESGCM(_seal_key(secret)).decrypt(raw[:12], raw[12:], session_id.encode("ascii"))
+    except (ValueError, InvalidTag):
+        return None
+    return opened.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
@@ -127,10 +170,13 @@ class SessionStore:
         via: Via,
         token_id: str | None = None,
         identity: str | None = None,
+        id_token: str | None = None,
     ) -> tuple[str, Session]:
-        """A new session: (the cookie's secret, the session). Old ended rows are swept here."""
+        """A new session: (the cookie's secret, the session). Old ended rows are swept here.
+        `id_token`: the ID token of a sign-in at the provider, kept sealed for its sign-out."""
         secret = secrets.token_urlsafe(32)
         session = Session("ses_" + uuid.uuid4().hex[:16], name, role, via, token_id, identity)
+        sealed = seal_id_token(secret, session.session_id, id_token) if id_token else None
         cs = tables.console_sessions
         with self.engine.begin() as conn:
             conn.execute(
@@ -142,6 +188,7 @@ class SessionStore:
                     via=via,
                     token_id=token_id,
                     identity=identity,
+                    id_token_sealed=sealed,
                     created_at=func.now(),
                     last_seen_at=func.now(),
                 )
@@ -174,27 +221,41 @@ class SessionStore:
             conn.execute(
                 update(cs)
                 .where(cs.c.sha256 == binds["sha256"], cs.c.ended_at.is_(None))
-                .values(ended_at=func.now(), ended_why=why)
+                .values(ended_at=func.now(), ended_why=why, id_token_sealed=None)
             )
             return str(why)
 
     def end(self, secret: str, why: str = "signed out") -> Session | None:
         """End a session (sign-out); the session it was, or None when none was alive."""
+        ended = self.sign_out(secret, why)
+        return None if ended is None else ended[0]
+
+    def sign_out(self, secret: str, why: str = "signed out") -> tuple[Session, str | None] | None:
+        """End a session: the session it was and the ID token of its sign-in at the provider
+        (None: it was not opened there), which the row forgets in the same statement; None when
+        no session was alive."""
         if not SECRET_PATTERN.match(secret):
             return None
-        cs = tables.console_sessions
         with self.engine.begin() as conn:
-            row = conn.execute(
-                update(cs)
-                .where(cs.c.sha256 == _hash(secret), cs.c.ended_at.is_(None))
-                .values(ended_at=func.now(), ended_why=why)
-                .returning(
-                    cs.c.session_id, cs.c.name, cs.c.role, cs.c.via, cs.c.token_id, cs.c.identity
-                )
-            ).first()
+            row = conn.execute(_END, {"sha256": _hash(secret), "why": why}).first()
         if row is None:
             return None
-        return Session(row.session_id, row.name, row.role, row.via, row.token_id, row.identity)
+        session = Session(row.session_id, row.name, row.role, row.via, row.token_id, row.identity)
+        return session, unseal_id_token(secret, session.session_id, row.id_token_sealed)
+
+
+# Ends a session and hands back its sealed ID token as it was before the row forgets it
+# (RETURNING gives the new row's values: the old one comes from the locked subquery).
+_END = text(
+    f"""
+    UPDATE console_sessions s
+    SET ended_at = now(), ended_why = :why, id_token_sealed = NULL
+    FROM (SELECT sha256, id_token_sealed FROM console_sessions
+          WHERE sha256 = :sha256 AND ended_at IS NULL FOR UPDATE) old
+    WHERE s.sha256 = old.sha256
+    RETURNING {_COLUMNS}, old.id_token_sealed
+    """
+)
 
 
 # --- tokens' last use -------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 // A real OpenID Connect provider for the tests of the console's sign-in (issue 45): the npm
 // `oidc-provider` (a certified implementation), with one static confidential client, the test
-// users and their `groups` claim, PKCE required, and a plain sign-in form that checks each
-// user's password. tests/console/oidc.py installs the package, makes the signing keys and
+// users and their `groups` claim, PKCE required, a plain sign-in form that checks each
+// user's password, and RP-Initiated Logout (its end_session_endpoint, with a plain confirmation
+// page: "Yes, sign me out" #logout-yes, "No, stay signed in" #logout-no). tests/console/oidc.py installs the package, makes the signing keys and
 // starts this with a JSON config file:
 //   node oidc_provider.mjs CONFIG.json
 // CONFIG: {node_modules, port, issuer, client_id, client_secret, redirect_uris,
-//          keys (private JWKs; the first signs), cookie_key, accounts: {login: {password, claims}}}
+//          post_logout_redirect_uris, keys (private JWKs; the first signs), cookie_key, accounts: {login: {password, claims}}}
 // It prints "ready <issuer>" once it listens.
 import fs from "node:fs";
 import http from "node:http";
@@ -28,6 +29,7 @@ const configuration = {
       client_id: cfg.client_id,
       client_secret: cfg.client_secret,
       redirect_uris: cfg.redirect_uris,
+      post_logout_redirect_uris: cfg.post_logout_redirect_uris || [],
       response_types: ["code"],
       grant_types: ["authorization_code"],
       token_endpoint_auth_method: "client_secret_basic",
@@ -48,7 +50,24 @@ const configuration = {
     email: ["email", "email_verified"],
     groups: ["groups"],
   },
-  features: { devInteractions: { enabled: false } },
+  features: {
+    devInteractions: { enabled: false },
+    // The default pages import a web font from the internet; these hold nothing from elsewhere.
+    rpInitiatedLogout: {
+      enabled: true,
+      async logoutSource(ctx, form) {
+        ctx.type = "html";
+        ctx.body = `<!doctype html><html><head><title>Test provider sign-out</title></head><body>
+<h1>Sign out of the test provider?</h1>${form}
+<button type="submit" form="op.logoutForm" value="yes" name="logout" id="logout-yes">Yes, sign me out</button>
+<button type="submit" form="op.logoutForm" id="logout-no">No, stay signed in</button></body></html>`;
+      },
+      async postLogoutSuccessSource(ctx) {
+        ctx.type = "html";
+        ctx.body = `<!doctype html><h1 id="signed-out">Signed out of the test provider</h1>`;
+      },
+    },
+  },
   interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   async findAccount(ctx, id) {
     if (!Object.hasOwn(accounts, id)) return undefined;
