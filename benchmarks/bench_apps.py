@@ -31,7 +31,8 @@ For each application (examples/workloads/<name>.toml; default: every one shipped
    the median of the pairs' ratios, and the verdict `within 5 %` on the ratio of the medians,
    with `clear` when every pair's ratio falls on the same side of 1.05 (else the noise can move
    the verdict). Where the session ends on the exhaustive best itself the ratio is 1 and nothing
-   is measured again.
+   is measured again. Beside the verdict: the end's runtime over the best's in the exhaustive
+   search's own runs, and its rank there (one draw of the noise each).
 
 Printed as it goes; `--json` writes the report (the command, the machine's load before and
 after, and every run's figures). Nothing here is a timing target for CI: its small version
@@ -189,6 +190,21 @@ def row(config: Config, result: RunResult) -> dict[str, Any]:
     }
 
 
+def in_exhaustive(search: dict[str, Any], end: Config) -> dict[str, Any]:
+    """Where the session's end stood in the exhaustive search's own runs: its runtime over the
+    best's there, and its rank among the configurations that ran ok (1: the best). Figures
+    beside the verdict, not it: each of one search's runs is one draw of the machine's noise."""
+    ok = sorted(r["runtime_s"] for r in search["configs"] if r["status"] == "ok")
+    mine = next((r for r in search["configs"] if Config.model_validate(r["config"]) == end), None)
+    if mine is None or mine["runtime_s"] is None or not ok:
+        return {"exhaustive_ratio": None, "exhaustive_rank": None, "exhaustive_ok": len(ok)}
+    return {
+        "exhaustive_ratio": mine["runtime_s"] / ok[0],
+        "exhaustive_rank": ok.index(mine["runtime_s"]) + 1,
+        "exhaustive_ok": len(ok),
+    }
+
+
 def compare(
     app: str, size: int, best: Config, end: Config, pairs: int, lock: Path
 ) -> dict[str, Any]:
@@ -304,6 +320,7 @@ def bench_app(app: str, root: Path, args: argparse.Namespace, report: dict[str, 
             continue
         best = Config.model_validate(best_row["config"])
         found = compare(app, size, best, end, args.confirm, lock)
+        found.update(in_exhaustive(report["exhaustive"][str(size)], end))
         report["comparison"][str(size)] = found
         ratio = f"{found['ratio']:.3f}" if found.get("ratio") is not None else "-"
         noise = (

@@ -81,5 +81,8 @@ def test_hpcc_at_its_smallest_size_against_its_exhaustive_search(
             == 2 * app["confirm_pairs"]
         )
         assert found["best_spread"] >= 0 and found["end_spread"] >= 0
+    # where the end stood in the search's own runs: at or behind its best
+    assert 1 <= found["exhaustive_rank"] <= found["exhaustive_ok"] == len(ok)
+    assert found["exhaustive_ratio"] >= 1
     assert app["all_within_5pct"] == found["within_5pct"]
     assert "session end / exhaustive best per size" in capsys.readouterr().out
