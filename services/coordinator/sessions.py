@@ -35,6 +35,7 @@ from hpc_ds1.model.schema import waits_for_engineer
 from hpc_ds1.process.runtime import ServiceContext
 from hpc_ds1.requests import RUN_REPEATS, CancelRunRequest, DecideRequest, RunRequest
 from hpc_ds1.runner import run_repeats
+from hpc_ds1.security.approvals import withdraw_approval
 from hpc_ds1.security.cancels import cancel_of
 from hpc_ds1.space import STOP, Config, ConfigSpace, apply_move
 from hpc_ds1.tuning.session import (
@@ -483,6 +484,11 @@ class SessionRunner:
 
     async def finish_cancelled(self, event: SessionCancelRequested) -> None:
         why = f": {event.reason}" if event.reason else ""
+        if self.state.awaiting is not None:
+            # no engineer can decide the move it waited on any more: the queue says so
+            await withdraw_approval(
+                self.ctx.bus, self.state.awaiting, f"session cancelled by {event.by}", event.by
+            )
         await self.finish("interrupted", f"cancelled by {event.by} ({event.role}){why}")
 
     async def finish(self, reason: str, detail: str) -> None:

@@ -326,6 +326,22 @@ class ApprovalDecided(Event):
     )
 
 
+class ApprovalWithdrawn(Event):
+    """A waiting move that no engineer can decide any more: its session ended first (it was
+    cancelled while paused on it). The coordinator appends it on the approval's own subject,
+    expecting the approval's version, so an engineer's verdict and the withdrawal never both
+    stand."""
+
+    aggregate = "approval"
+    name = "withdrawn"
+    id_field = "approval_id"
+
+    approval_id: str
+    session_id: str
+    decision_id: str
+    reason: str
+
+
 class TokenCreated(Event):
     """A bearer token for a person or an agent; only its SHA-256 is ever stored. Role `nats`: a
     read-only NATS subscriber credential (`hpc-ds1 token nats`), the SHA-256 of its password;
@@ -634,6 +650,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionCancelRequested,
         ApprovalRequested,
         ApprovalDecided,
+        ApprovalWithdrawn,
         TokenCreated,
         TokenRevoked,
         TokenUsed,

@@ -13,6 +13,7 @@ from hpc_ds1.eventlog.audit import audit_record, parse_exact
 from hpc_ds1.events import (
     ApprovalDecided,
     ApprovalRequested,
+    ApprovalWithdrawn,
     DecisionMade,
     DeviceDraining,
     DeviceLeft,
@@ -393,6 +394,18 @@ def _approval_decided(seq: int, env: Envelope, e: ApprovalDecided) -> list[Write
     return [Write(tables.approvals, "update", row), Write(tables.decisions, "update", decision)]
 
 
+def _approval_withdrawn(seq: int, env: Envelope, e: ApprovalWithdrawn) -> list[Write]:
+    row = {
+        "approval_id": e.approval_id,
+        "status": "withdrawn",
+        "decided_at": env.time,
+        "note": e.reason,
+        "seq": seq,
+    }
+    decision = {"decision_id": e.decision_id, "approval": "withdrawn"}
+    return [Write(tables.approvals, "update", row), Write(tables.decisions, "update", decision)]
+
+
 def _token_created(seq: int, env: Envelope, e: TokenCreated) -> list[Write]:
     row = {
         **_fields(e),
@@ -434,6 +447,7 @@ PROJECTIONS: dict[type[Event], Callable[[int, Envelope, Any], list[Write]]] = {
     SessionFinished: _finished,
     ApprovalRequested: _approval_requested,
     ApprovalDecided: _approval_decided,
+    ApprovalWithdrawn: _approval_withdrawn,
     TokenCreated: _token_created,
     TokenRevoked: _token_revoked,
     TokenUsed: _token_used,

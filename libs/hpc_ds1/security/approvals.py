@@ -7,6 +7,7 @@ from ..events import (
     SUBJECT_TOKEN,
     ApprovalDecided,
     ApprovalRequested,
+    ApprovalWithdrawn,
     Event,
     MalformedEvent,
     decode,
@@ -42,6 +43,9 @@ async def decide_approval(
     if decided:
         verdict = "approved" if decided[0].approved else "rejected"
         raise ApprovalError(409, f"approval {approval_id} was already {verdict} by {decided[0].by}")
+    withdrawn = next((e for e in events if isinstance(e, ApprovalWithdrawn)), None)
+    if withdrawn is not None:
+        raise ApprovalError(409, f"approval {approval_id} was withdrawn: {withdrawn.reason}")
     requested = next((e for e in events if isinstance(e, ApprovalRequested)), None)
     if requested is None:
         raise ApprovalError(404, f"no approval {approval_id}")
@@ -62,6 +66,35 @@ async def decide_approval(
         )
     except ConcurrencyConflict:
         raise ApprovalError(409, f"approval {approval_id} was decided by someone else") from None
+    return event
+
+
+async def withdraw_approval(
+    bus: EventBus, approval_id: str, reason: str, actor: str
+) -> ApprovalWithdrawn | None:
+    """Withdraw a waiting move whose session ended (cancelled while paused on it). None when
+    there is nothing to withdraw: no request, a verdict already given (also one given at the
+    same moment: the append expects the approval's version), or withdrawn before (its fixed
+    envelope id makes a coordinator's retry a duplicate)."""
+    version = await bus.aggregate_version("approval", approval_id)
+    events = await _events(bus, approval_id, version)
+    if any(isinstance(e, ApprovalDecided | ApprovalWithdrawn) for e in events):
+        return None
+    requested = next((e for e in events if isinstance(e, ApprovalRequested)), None)
+    if requested is None:
+        return None
+    event = ApprovalWithdrawn(
+        approval_id=approval_id,
+        session_id=requested.session_id,
+        decision_id=requested.decision_id,
+        reason=reason,
+    )
+    withdrawal = envelope(event, actor=actor, source="coordinator", prefix=bus.prefix)
+    withdrawal = withdrawal.model_copy(update={"id": f"{approval_id}-withdrawn"})
+    try:
+        await bus.publish(withdrawal, expected_version=version)
+    except ConcurrencyConflict:
+        return None  # an engineer's verdict came first: it stands
     return event
 
 

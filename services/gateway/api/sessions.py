@@ -105,10 +105,11 @@ router = APIRouter(tags=["sessions"])
 async def waiting_approvals(
     engine: EngineDep,
     _: Viewer,
-    status: Literal["waiting", "decided", "approved", "rejected"] = Query(
+    status: Literal["waiting", "decided", "approved", "rejected", "withdrawn"] = Query(
         "waiting",
         description="waiting (oldest first), or decided, approved or rejected (latest "
-        "decided first: who decided, when and the note)",
+        "decided first: who decided, when and the note), or withdrawn (its session was "
+        "cancelled while it waited: the note says by whom)",
     ),
     limit: int = Query(100, ge=1, le=1000),
 ) -> Approvals:

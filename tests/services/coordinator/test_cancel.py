@@ -11,11 +11,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
+from hpc_ds1.db import tables
 from hpc_ds1.eventlog.audit import AuditFile
 from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovalWithdrawn,
     DeviceRegistered,
     Event,
     SessionFinished,
@@ -27,6 +31,7 @@ from hpc_ds1.events import (
     typed,
 )
 from hpc_ds1.process.runtime import ServiceContext
+from hpc_ds1.security.approvals import ApprovalError, decide_approval, withdraw_approval
 from hpc_ds1.security.cancels import CancelError, cancel_session, cancel_subject
 from hpc_ds1.services.coordinator import Coordinator
 from hpc_ds1.services.projector import project
@@ -115,6 +120,61 @@ async def test_a_paused_session_stops_waiting_when_cancelled(
     with pytest.raises(CancelError) as again:
         await cancel_session(bus, "s-paused", "erin", "engineer")
     assert again.value.status == 409 and "already finished (interrupted)" in str(again.value)
+
+
+def requested(session_id: str) -> ApprovalRequested:
+    return ApprovalRequested(
+        approval_id=f"a-{session_id}",
+        session_id=session_id,
+        decision_id="d-1",
+        device_id=DEVICE,
+        workload="gemm",
+        size=256,
+        config=START,
+        move="ADD_RANK",
+        confidence=0.6,
+        mode="confirm",
+    )
+
+
+async def test_the_move_a_cancelled_session_waited_on_is_withdrawn_not_left_waiting(
+    coordinator: Coordinator, bus: EventBus, engine: Engine, settings: Settings
+) -> None:
+    await publish(bus, [*paused("s-queue")[:-1], requested("s-queue"), paused("s-queue")[-1]])
+    assert await coordinator.resume_unfinished() == 1
+    await until("it waits for the engineer", lambda: "s-queue" in coordinator.tasks, 10)
+    await cancel_session(bus, "s-queue", "erin", "engineer")
+    await finished(bus, "s-queue")
+    history = [typed(env) for _, env in await bus.history("approval", "a-s-queue")]
+    withdrawn = [e for e in history if isinstance(e, ApprovalWithdrawn)]
+    assert [(w.session_id, w.decision_id, w.reason) for w in withdrawn] == [
+        ("s-queue", "d-1", "session cancelled by erin")
+    ]
+    with pytest.raises(ApprovalError) as late:
+        await decide_approval(bus, "a-s-queue", True, "bob", "engineer")
+    assert late.value.status == 409 and "withdrawn: session cancelled by erin" in str(late.value)
+    # the projection's queue no longer holds it
+    stored = [e async for chunk in bus.replay() for e in chunk]
+    project(engine, stored, AuditFile(settings.audit_path))
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(tables.approvals).where(tables.approvals.c.approval_id == "a-s-queue")
+        ).one()
+    assert (row.status, row.note) == ("withdrawn", "session cancelled by erin")
+
+
+async def test_a_verdict_given_first_stands_and_nothing_is_withdrawn_twice(bus: EventBus) -> None:
+    await publish(bus, [requested("s-race")])
+    await decide_approval(bus, "a-s-race", False, "bob", "engineer")
+    assert await withdraw_approval(bus, "a-s-race", "late", "erin") is None
+    await publish(bus, [requested("s-twice")])
+    assert await withdraw_approval(bus, "a-s-twice", "first", "erin") is not None
+    assert await withdraw_approval(bus, "a-s-twice", "second", "erin") is None
+    assert await withdraw_approval(bus, "a-unknown", "none", "erin") is None
+    kinds = [env.type for _, env in await bus.history("approval", "a-s-race")]
+    assert kinds == ["approval.requested", "approval.decided"]
+    decided = [typed(env) for _, env in await bus.history("approval", "a-s-race")][-1]
+    assert isinstance(decided, ApprovalDecided) and decided.by == "bob"
 
 
 async def test_a_cancel_made_while_no_coordinator_drove_it_ends_it_on_resume(
