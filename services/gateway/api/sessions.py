@@ -94,7 +94,10 @@ async def started_before(
     if env.get("actor") != who.name or not _same_job(body, data):
         raise HTTPException(422, str(KeyReused()))
     return SessionStartedOut(
-        session_id=data["session_id"], device_id=data["device_id"], start=data["start"]
+        session_id=data["session_id"],
+        device_id=data["device_id"],
+        start=data["start"],
+        warm=data.get("warm"),  # the first answer's, as session.started recorded it
     )
 
 
