@@ -145,6 +145,9 @@ class SessionStartedOut(BaseModel):
     session_id: str
     device_id: str
     start: dict[str, Any]
+    warm: dict[str, Any] | None = Field(
+        default=None, description="The fleet's measurements it started from (tune --warm)."
+    )
 
 
 class TaskPlacementOut(BaseModel):
