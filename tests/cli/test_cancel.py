@@ -8,29 +8,24 @@ bad id is a usage error (2), each saying why."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import getpass
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 from sqlalchemy import select
 
 from hpc_ds1.db import tables
 from hpc_ds1.eventlog.subjects import start_session_subject
-from hpc_ds1.events import TokenCreated, envelope, new_id
-from hpc_ds1.security.tokens import new_token, token_hash
-from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import register, unregister
 from tests.support.commands import hpc
+from tests.support.gateway import gateway_served, grant
 from tests.support.sleeper import alive, rank_pids, sleeper
 from tests.support.waiting import until
 
@@ -43,29 +38,10 @@ async def served(tmp_path: Path, settings: Settings) -> AsyncIterator[tuple[Stac
     try:
         async with open_stack(settings, ("projector", "agent", "coordinator"), "test-cli") as stack:
             await stack.local_device()
-            token = new_token()
-            created = TokenCreated(
-                token_id=new_id(), holder="erin", role="engineer", sha256=token_hash(token)
-            )
-            await stack.bus.publish(
-                envelope(created, actor="admin", source="test", prefix=settings.subject_prefix)
-            )
+            token = await grant(stack, "engineer", "erin")
             await stack.caught_up()
-            app = create_app(settings, stack.bus, stack.engine)
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(16)
-            server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
-            serving = asyncio.create_task(server.serve(sockets=[sock]))
-            await until("the gateway serving", lambda: server.started, 30)
-            try:
-                yield stack, f"http://127.0.0.1:{sock.getsockname()[1]}", token, wl.name
-            finally:
-                server.should_exit = True
-                await app.state.stream_hub.close()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(serving, 30)
-                sock.close()
+            async with gateway_served(settings, stack) as base:
+                yield stack, base, token, wl.name
     finally:
         unregister(wl.name)
 

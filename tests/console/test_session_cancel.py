@@ -9,22 +9,17 @@ from /proc) and the view says the session was interrupted and who cancelled it."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
-from hpc_ds1.events import TokenCreated, envelope, new_id
-from hpc_ds1.security.tokens import new_token, token_hash
-from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import register, unregister
+from tests.support.gateway import gateway_served, grant
 from tests.support.sleeper import alive, rank_pids, sleeper
 from tests.support.waiting import until
 
@@ -33,15 +28,6 @@ pytestmark = pytest.mark.skipif(
     not BROWSER.exists(), reason=f"{BROWSER} is missing: deploy/install-browser.sh installs it"
 )
 WAIT_MS = 20_000
-
-
-async def grant(stack: Stack, role: str, holder: str) -> str:
-    token = new_token()
-    event = TokenCreated(token_id=new_id(), holder=holder, role=role, sha256=token_hash(token))  # type: ignore[arg-type]
-    await stack.bus.publish(
-        envelope(event, actor="admin", source="test", prefix=stack.settings.subject_prefix)
-    )
-    return token
 
 
 @pytest.fixture
@@ -60,21 +46,8 @@ async def served(
             await stack.local_device()
             tokens = {r: await grant(stack, r, f"{r}-erin") for r in ("engineer", "viewer")}
             await stack.caught_up()
-            app = create_app(fast, stack.bus, stack.engine)
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(128)
-            server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
-            serving = asyncio.create_task(server.serve(sockets=[sock]))
-            await until("the gateway serving", lambda: server.started, 30)
-            try:
-                yield stack, f"http://127.0.0.1:{sock.getsockname()[1]}", tokens, pids, wl.name
-            finally:
-                server.should_exit = True
-                await app.state.stream_hub.close()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(serving, 30)
-                sock.close()
+            async with gateway_served(fast, stack) as base:
+                yield stack, base, tokens, pids, wl.name
     finally:
         unregister(wl.name)
 

@@ -16,25 +16,15 @@ from typing import Any
 import httpx
 import pytest
 
-from hpc_ds1.events import TokenCreated, envelope, new_id
-from hpc_ds1.security.tokens import new_token, token_hash
 from hpc_ds1.services.gateway import create_app
 from hpc_ds1.settings import Settings
 from hpc_ds1.stack import Stack, open_stack
 from hpc_ds1.workloads import register, unregister
+from tests.support.gateway import grant
 from tests.support.sleeper import alive, rank_pids, sleeper
 from tests.support.waiting import until
 
 ROLES = ("viewer", "engineer", "agent")
-
-
-async def grant(stack: Stack, role: str, holder: str) -> str:
-    token = new_token()
-    event = TokenCreated(token_id=new_id(), holder=holder, role=role, sha256=token_hash(token))  # type: ignore[arg-type]
-    await stack.bus.publish(
-        envelope(event, actor="admin", source="test", prefix=stack.settings.subject_prefix)
-    )
-    return token
 
 
 @pytest.fixture
