@@ -10,18 +10,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
-import warnings
 from pathlib import Path
 
 from sqlalchemy import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_year import append_year
+from bench_year import append_year, embedded_stack
 
-from hpc_ds1.db import make_engine, upgrade
 from hpc_ds1.eventlog.bus import EventBus
 from hpc_ds1.operations.archive import merged
 from hpc_ds1.projection import store
@@ -71,32 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args(argv)
-    from hpc_ds1.infra.nats_server import EmbeddedNats
-    from hpc_ds1.infra.postgres import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
-        root = Path(tmp)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pg = EmbeddedPostgres(root / "pg")
-            db_url = pg.start()
-        nats = EmbeddedNats(root / "nats", sync="default")
-        try:
-            url = nats.start()
-            settings = Settings(
-                home=root / "home",
-                nats_url=url,
-                database_url=db_url,
-                stream="YEAR",
-                subject_prefix="year",
-            )
-            engine = make_engine(db_url, pool_size=2)
-            upgrade(engine)
-            asyncio.run(phases(settings, engine, args.events, args.devices, args.repeat))
-            engine.dispose()
-        finally:
-            nats.stop()
-            pg.stop()
+    with embedded_stack("bench-rebuild-") as (settings, engine):
+        asyncio.run(phases(settings, engine, args.events, args.devices, args.repeat))
     return 0
 
 

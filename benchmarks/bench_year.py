@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import statistics
 import sys
@@ -420,15 +421,14 @@ async def run_year(settings: Settings, engine: Engine, events: int, devices: int
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=10_000_000)
-    parser.add_argument("--devices", type=int, default=1_000)
-    args = parser.parse_args(argv)
+@contextlib.contextmanager
+def embedded_stack(prefix: str) -> Iterator[tuple[Settings, Engine]]:
+    """A NATS and a Postgres of their own in a temporary folder (durable settings, as `serve`
+    runs them), the schema migrated: the settings and an engine, all removed after."""
     from hpc_ds1.infra.nats_server import EmbeddedNats
     from hpc_ds1.infra.postgres import EmbeddedPostgres
 
-    with tempfile.TemporaryDirectory(prefix="bench-year-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -446,11 +446,22 @@ def main(argv: list[str] | None = None) -> int:
             )
             engine = make_engine(db_url, pool_size=2)
             upgrade(engine)
-            result = asyncio.run(run_year(settings, engine, args.events, args.devices))
-            engine.dispose()
+            try:
+                yield settings, engine
+            finally:
+                engine.dispose()
         finally:
             nats.stop()
             pg.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--devices", type=int, default=1_000)
+    args = parser.parse_args(argv)
+    with embedded_stack("bench-year-") as (settings, engine):
+        result = asyncio.run(run_year(settings, engine, args.events, args.devices))
     print(f"a year of {result['events']:,} events from {result['devices']:,} devices")
     print(f"  appended        {result['append_events_per_s']:,.0f} events/s (publish_many)")
     print(
