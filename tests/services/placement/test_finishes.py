@@ -36,25 +36,10 @@ from hpc_ds1.fleet.placement import (
     Waiting,
     place,
 )
+from tests.services.placement.devices import FP
 
 JOBS = [("nbody", 64), ("nbody", 128), ("gemm", 64), ("stencil", 32)]
 CONFIG = {"ranks": 1, "threads": 2, "tile": 64, "gpu": False}
-FP = {
-    "device_id": "hw",
-    "hostname": "node",
-    "cpu_model": "x",
-    "architecture": "x86_64",
-    "sockets": 1,
-    "physical_cores": 2,
-    "logical_cpus": 4,
-    "simd": [],
-    "memory_bytes": 8 * 2**30,
-    "caches": {},
-    "gpus": [],
-    "mpi_library": "MPICH",
-    "numba_version": "0.60",
-    "python_version": "3.11",
-}
 
 
 class Fleet:

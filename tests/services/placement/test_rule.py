@@ -35,27 +35,12 @@ from hpc_ds1.fleet.placement import (
     place,
     seconds,
 )
+from tests.services.placement.devices import FP
 
 JOB = TaskSpec("t1", "nbody", 4096)
 KEY = (JOB.workload, JOB.size)
 A = {"ranks": 1, "threads": 2, "tile": 64, "gpu": False}
 B = {"ranks": 2, "threads": 1, "tile": 64, "gpu": False}
-FP = {
-    "device_id": "hw",
-    "hostname": "node",
-    "cpu_model": "x",
-    "architecture": "x86_64",
-    "sockets": 1,
-    "physical_cores": 2,
-    "logical_cpus": 4,
-    "simd": [],
-    "memory_bytes": 8 * 2**30,
-    "caches": {},
-    "gpus": [],
-    "mpi_library": "MPICH",
-    "numba_version": "0.60",
-    "python_version": "3.11",
-}
 
 
 def device(device_id: str, **fields: Any) -> DeviceView:
